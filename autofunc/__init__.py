@@ -1,0 +1,33 @@
+"""autofunc: compile mutable custom ops without the hidden clones.
+
+Public API:
+
+* :func:`register` / :func:`functionalize`: route an op's functionalization to autofunc's
+  v1 or v2 HOP (:data:`auto_functionalized_v1`, :data:`auto_functionalized_v2`).
+* :func:`reinplace`: the re-inplace pass on any FX graph; returns a :class:`Report`.
+* :func:`explain`: compile a function and report where every mutable buffer went.
+"""
+
+from .errors import AutofuncError, UnsupportedOpError
+from .hops.v1 import auto_functionalized_v1
+from .hops.v2 import auto_functionalized_v2
+from .passes.reinplace import reinplace
+from .passes.report import CallReport, Decision, Reason, Report
+from .registry import Registration, functionalize, register
+
+__all__ = [
+    "AutofuncError",
+    "UnsupportedOpError",
+    "auto_functionalized_v1",
+    "auto_functionalized_v2",
+    "register",
+    "functionalize",
+    "Registration",
+    "reinplace",
+    "Report",
+    "CallReport",
+    "Decision",
+    "Reason",
+]
+
+__version__ = "0.1.0"

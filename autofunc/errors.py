@@ -1,0 +1,30 @@
+"""User-facing error types.
+
+Every error autofunc raises for bad input is an ``AutofuncError`` that names the op and, where
+one is at fault, the argument. Internal invariants use ``AssertionError`` instead.
+"""
+
+from __future__ import annotations
+
+__all__ = ["AutofuncError", "UnsupportedOpError"]
+
+
+class AutofuncError(ValueError):
+    """Base class of the errors autofunc raises for bad user input."""
+
+
+class UnsupportedOpError(AutofuncError, TypeError):
+    """An op's schema is outside what autofunc can functionalize soundly.
+
+    Raised by :func:`autofunc.register` at registration time, before any program is traced.
+    """
+
+    def __init__(self, op: str, reason: str, *, arg: str | None = None, hint: str = ""):
+        self.op = op
+        self.arg = arg
+        self.reason = reason
+        where = f"argument '{arg}' of " if arg is not None else ""
+        msg = f"autofunc cannot functionalize {where}op {op}: {reason}"
+        if hint:
+            msg += f". {hint}"
+        super().__init__(msg)

@@ -1,0 +1,187 @@
+"""Plumbing shared by the v1 and v2 HOPs.
+
+Owns: the HOP base class, argument normalisation (schema order -> keyword dict), the exact clone
+used for mutable arguments and bases, the generic proxy / fake / functionalize / autograd rules,
+and the write-back of new values into a functional program. Imports views and schema only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree
+from torch._C import DispatchKey
+from torch._ops import HigherOrderOperator, OpOverload
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import (
+    ProxyTorchDispatchMode,
+    disable_proxy_modes_tracing,
+    track_tensor_tree,
+)
+
+from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+from ..schema import OpInfo
+
+__all__ = [
+    "AutofuncHOP",
+    "clone_exact",
+    "get_base",
+    "may_overlap",
+    "normalize_args",
+    "op_outputs",
+    "unpack_outputs",
+    "register_rules",
+    "write_back",
+]
+
+
+class AutofuncHOP(HigherOrderOperator):
+    """A HOP whose first argument is the mutable op's qualified name (a ``str``).
+
+    Note [Why the op travels by name]
+    PyTorch's proxy tracer refuses a third-party HOP that takes an ``OpOverload`` whose layout tag
+    is ``needs_exact_strides`` (the default for custom ops): it would have to record eager input
+    strides for it. Passing the op's name keeps the graph printable, hashable and cacheable. The
+    exact strides are still honoured: the HOP regenerates arguments with exactly the traced
+    (size, stride, offset), and when the pass turns the HOP into a direct op call it records
+    ``eager_input_vals`` on that call, which Inductor uses to constrain layouts.
+    """
+
+    def __init__(self, name: str):
+        super().__init__(name, cacheable=True)
+
+    def __call__(self, /, _op: str, **kwargs: Any):
+        if not isinstance(_op, str):
+            raise AssertionError(f"{self.name()} expects the op's qualified name, got {_op!r}")
+        return super().__call__(_op, **kwargs)
+
+
+def normalize_args(op: OpOverload, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """All of a call's arguments as one ``{schema name: value}`` dict, defaults filled in."""
+    out = {}
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.name in kwargs:
+            out[arg.name] = kwargs[arg.name]
+        elif not arg.kwarg_only and i < len(args):
+            out[arg.name] = args[i]
+        else:
+            out[arg.name] = arg.default_value
+    return out
+
+
+def clone_exact(t: torch.Tensor) -> torch.Tensor:
+    """A fresh copy of ``t`` with exactly its size and stride (its storage offset becomes 0).
+
+    Custom ops default to ``needs_exact_strides``, so a clone handed to one must have the strides
+    eager would pass. Unlike a storage-level clone it copies only the elements ``t`` covers.
+    """
+    if any(_known_true(st == 0) and _known_true(sz > 1) for sz, st in zip(t.shape, t.stride())):
+        # Overlapping memory (e.g. an expanded tensor): copy the storage extent it spans.
+        extent = 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
+        flat = t.as_strided((extent,), (1,), t.storage_offset()).clone()
+        return flat.as_strided(t.shape, t.stride(), 0)
+    new = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return new.copy_(t)
+
+
+def _known_true(cond: Any) -> bool:
+    if isinstance(cond, bool):
+        return cond
+    return guard_or_false(cond)
+
+
+def get_base(t: torch.Tensor) -> torch.Tensor:
+    """The tensor whose storage ``t`` views: its autograd base, else itself.
+
+    Note [Bases in inference mode]
+    Under inference mode tensors do not record their base. FunctionalTensorMode then tracks one
+    base per functional storage (``_inference_mode_base``) when it is configured to; when it is
+    not, ``t`` is treated as its own base, which is always sound (the view is cloned and the
+    functional program writes it back) but may cost a copy the pass reports.
+    """
+    base = t._base
+    if base is None and torch.is_inference_mode_enabled():
+        base = getattr(t, "_inference_mode_base", None)
+    return t if base is None else base
+
+
+def may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors of one functional program may share memory (conservative)."""
+    if get_base(a) is not get_base(b):
+        return False
+    lo_a, hi_a = _extent(a)
+    lo_b, hi_b = _extent(b)
+    return not (_known_true(hi_a <= lo_b) or _known_true(hi_b <= lo_a))
+
+
+def _extent(t: torch.Tensor) -> tuple[Any, Any]:
+    lo = t.storage_offset()
+    span = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
+    return lo, lo + span + 1
+
+
+def op_outputs(info: OpInfo, out: Any) -> tuple:
+    """The op's return value as a tuple of ``info.num_returns`` entries."""
+    if info.num_returns == 0:
+        return ()
+    if info.num_returns == 1:
+        return (out,)
+    return tuple(out)
+
+
+def unpack_outputs(info: OpInfo, flat: tuple) -> Any:
+    """Inverse of :func:`op_outputs`: what the op itself would have returned."""
+    if info.num_returns == 0:
+        return None
+    if info.num_returns == 1:
+        return flat[0]
+    return tuple(flat)
+
+
+def write_back(ctx: Any, old: torch.Tensor, new: torch.Tensor) -> None:
+    """Make the functional program see ``new`` wherever it later reads ``old`` (or an alias)."""
+    ctx.replace(old, new)
+    ctx.commit_update(old)
+    ctx.sync(old)
+
+
+def register_rules(hop: AutofuncHOP, dense: Callable) -> None:
+    """Register the fake, proxy, functionalize and autograd rules every autofunc HOP shares.
+
+    ``dense`` is the strategy's eager implementation; the fake rule runs it under the fake mode so
+    the op's own fake implementation computes the output metadata.
+    """
+
+    def _fake(mode: FakeTensorMode, _op: str, **kwargs: Any):
+        with mode:
+            return dense(_op, **kwargs)
+
+    def _proxy(mode: ProxyTorchDispatchMode, _op: str, **kwargs: Any):
+        with disable_proxy_modes_tracing():
+            out = hop(_op, **kwargs)
+        proxy_kwargs = pytree.tree_map(mode.tracer.unwrap_proxy, kwargs)
+        proxy = mode.tracer.create_proxy("call_function", hop, (_op,), proxy_kwargs)
+        return track_tensor_tree(out, proxy, constant=None, tracer=mode.tracer)
+
+    def _functionalize(ctx: Any, _op: str, **kwargs: Any):
+        unwrapped = ctx.unwrap_tensors(kwargs)
+        with ctx.redispatch_to_next():
+            return ctx.wrap_tensors(hop(_op, **unwrapped))
+
+    def _autograd(_op: str, **kwargs: Any):
+        # Note [HOPs below autograd]
+        # A registered op is differentiated by its own autograd formula, which runs above
+        # functionalization; the HOP is emitted underneath it and is never differentiated
+        # itself, so it runs below autograd (like a fallthrough) and returns plain values.
+        with torch._C._AutoDispatchBelowAutograd():
+            return hop(_op, **kwargs)
+
+    hop.py_impl(DispatchKey.CompositeExplicitAutograd)(dense)
+    hop.py_impl(FakeTensorMode)(_fake)
+    hop.py_impl(ProxyTorchDispatchMode)(_proxy)
+    hop.py_functionalize_impl(_functionalize)
+    hop.py_impl(DispatchKey.Autograd)(_autograd)
+    hop.fallthrough(DispatchKey.AutogradCPU)
+    hop.fallthrough(DispatchKey.AutogradCUDA)

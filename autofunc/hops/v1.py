@@ -1,0 +1,88 @@
+"""autofunc's v1 strategy: clone every mutable argument.
+
+Owns the ``autofunc_v1`` HOP and the functionalization of one op call into it. Imports
+``hops.common`` and ``schema``; never ``hops.v2``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..schema import ArgKind, OpInfo, resolve, op_info
+from .common import AutofuncHOP, clone_exact, normalize_args, op_outputs, register_rules, write_back
+from .common import unpack_outputs
+
+__all__ = ["auto_functionalized_v1", "functionalize_v1", "mutable_slots"]
+
+
+class AutoFunctionalizedV1(AutofuncHOP):
+    """``autofunc_v1(_op: str, **op_kwargs) -> (*op_outputs, *new_values)``
+
+    Semantics, as plain Python::
+
+        op = resolve(_op)
+        new = {name: clone_exact(op_kwargs[name]) for each mutable argument}  # lists elementwise
+        out = op(**{**op_kwargs, **new})
+        return (*out, *new.values())   # one entry per mutable tensor, lists flattened, None skipped
+
+    ``op_kwargs`` holds every argument of the op by its schema name. The HOP never writes its
+    inputs; the functional program replaces each mutated argument by its new value.
+    """
+
+
+auto_functionalized_v1 = AutoFunctionalizedV1("autofunc_v1")
+auto_functionalized_v1.__module__ = "torch.ops.higher_order"
+
+
+def mutable_slots(info: OpInfo, kwargs: dict[str, Any]) -> list[tuple[str, int | None, Any]]:
+    """``(arg name, list index or None, value)`` for each mutable tensor of a call, in output order."""
+    slots = []
+    for arg in info.mutable_args:
+        value = kwargs[arg.name]
+        if value is None:
+            continue
+        if arg.kind is ArgKind.LIST:
+            slots.extend((arg.name, i, t) for i, t in enumerate(value) if t is not None)
+        else:
+            slots.append((arg.name, None, value))
+    return slots
+
+
+def _v1_dense(_op: str, **kwargs: Any) -> tuple:
+    info = op_info(resolve(_op))
+    new_kwargs = dict(kwargs)
+    new_values = []
+    for arg in info.mutable_args:
+        value = kwargs[arg.name]
+        if value is None:
+            continue
+        if arg.kind is ArgKind.LIST:
+            new_kwargs[arg.name] = [None if t is None else clone_exact(t) for t in value]
+            new_values.extend(t for t in new_kwargs[arg.name] if t is not None)
+        else:
+            new_kwargs[arg.name] = clone_exact(value)
+            new_values.append(new_kwargs[arg.name])
+    out = info.op(**new_kwargs)
+    return (*op_outputs(info, out), *new_values)
+
+
+def functionalize_v1(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    """Functionalize one call of ``op`` (under ``ctx``, a functionalization API) with v1.
+
+    The caller must have checked that no two mutable tensors of the call may overlap: cloning
+    them separately would break the aliasing the op sees in eager (Note [v1 and aliased args]).
+    """
+    info = op_info(op)
+    kw = normalize_args(op, args, kwargs)
+    unwrapped = ctx.unwrap_tensors(kw)
+    with ctx.redispatch_to_next():
+        flat = auto_functionalized_v1(info.qualname, **unwrapped)
+    outs, new_values = flat[: info.num_returns], flat[info.num_returns :]
+    for (_, _, old), new in zip(mutable_slots(info, kw), new_values, strict=True):
+        write_back(ctx, old, new)
+    return ctx.wrap_tensors(unpack_outputs(info, outs))
+
+
+register_rules(auto_functionalized_v1, _v1_dense)

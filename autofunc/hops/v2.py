@@ -1,0 +1,163 @@
+"""autofunc's v2 strategy: clone the bases of the mutable arguments, regenerate the views.
+
+Owns the ``autofunc_v2`` HOP, the wire format of its ``_views`` keyword (built on
+``views.encode_chain``) and the functionalization of one op call into it. Imports
+``hops.common``, ``schema`` and ``views``; never ``hops.v1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from .. import views
+from ..schema import ArgKind, OpInfo, op_info, resolve
+from .common import (
+    AutofuncHOP,
+    clone_exact,
+    get_base,
+    normalize_args,
+    op_outputs,
+    register_rules,
+    unpack_outputs,
+    write_back,
+)
+
+__all__ = ["auto_functionalized_v2", "functionalize_v2", "ArgView", "decode_views", "regenerate"]
+
+
+class AutoFunctionalizedV2(AutofuncHOP):
+    """``autofunc_v2(_op: str, _bases: list[Tensor], _views: tuple, **other_kwargs)
+    -> (*op_outputs, *new_bases)``
+
+    Semantics, as plain Python::
+
+        op = resolve(_op)
+        new_bases = [clone_exact(b) for b in _bases]
+        args = {name: regenerate(view, new_bases) for each mutable argument}  # see decode_views
+        out = op(**other_kwargs, **args)
+        return (*out, *new_bases)
+
+    ``_views`` has one entry per mutable argument of the schema: ``None`` (an optional argument
+    passed ``None``), ``(base_index, chain)`` for a tensor, or a tuple of those for a list;
+    ``chain`` is ``views.encode_chain`` of the view that regenerates the argument from its base.
+
+    Note [Why v2 clones bases]
+    Cloning the argument (v1) leaves a view's mutation to be scattered back into its base by
+    the functional program (``select_scatter`` and friends), which the re-inplace pass would then
+    have to see through. Mutating a clone of the base instead lets later code re-derive every
+    alias from the new base with plain view ops: no scatter appears, and re-inplacing only has
+    to ask whether anybody still reads the old base.
+    """
+
+
+auto_functionalized_v2 = AutoFunctionalizedV2("autofunc_v2")
+auto_functionalized_v2.__module__ = "torch.ops.higher_order"
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgView:
+    """How one mutable tensor is regenerated: ``chain`` applied to base ``base_index``.
+
+    An ``AsStrided`` step's storage offset is stored relative to the base's own offset, so the
+    chain applies unchanged to a clone of the base (offset 0) or to the base itself.
+    """
+
+    base_index: int
+    chain: views.ViewChain
+
+
+def decode_views(info: OpInfo, wire: tuple) -> dict[str, ArgView | list[ArgView] | None]:
+    """``_views`` -> ``{mutable arg name: ArgView | [ArgView, ...] | None}``."""
+    out: dict[str, Any] = {}
+    for arg, entry in zip(info.mutable_args, wire, strict=True):
+        if entry is None:
+            out[arg.name] = None
+        elif arg.kind is ArgKind.LIST:
+            out[arg.name] = [ArgView(i, views.decode_chain(c)) for i, c in entry]
+        else:
+            out[arg.name] = ArgView(entry[0], views.decode_chain(entry[1]))
+    return out
+
+
+def regenerate(view: ArgView, bases: list[torch.Tensor]) -> torch.Tensor:
+    """The argument ``view`` describes, as a view of ``bases[view.base_index]``."""
+    base = bases[view.base_index]
+    return _rebase(view.chain, base.storage_offset()).apply(base)
+
+
+def _rebase(chain: views.ViewChain, delta: Any) -> views.ViewChain:
+    """Shift the storage offsets of a chain's ``AsStrided`` steps by ``delta``."""
+    if not chain.uses_as_strided:
+        return chain
+    steps = tuple(
+        dataclasses.replace(s, storage_offset=s.storage_offset + delta)
+        if isinstance(s, views.AsStrided)
+        else s
+        for s in chain.steps
+    )
+    return views.ViewChain(steps)
+
+
+def _v2_dense(_op: str, _bases: list, _views: tuple, **kwargs: Any) -> tuple:
+    info = op_info(resolve(_op))
+    new_bases = [clone_exact(b) for b in _bases]
+    new_kwargs = dict(kwargs)
+    for name, view in decode_views(info, _views).items():
+        if isinstance(view, list):
+            new_kwargs[name] = [regenerate(v, new_bases) for v in view]
+        else:
+            new_kwargs[name] = None if view is None else regenerate(view, new_bases)
+    out = info.op(**new_kwargs)
+    return (*op_outputs(info, out), *new_bases)
+
+
+class _Bases:
+    """The unique bases of one call's mutable tensors, in first-seen order."""
+
+    def __init__(self) -> None:
+        self.tensors: list[torch.Tensor] = []
+
+    def view_of(self, t: torch.Tensor) -> tuple:
+        base = get_base(t)
+        for i, b in enumerate(self.tensors):
+            if b is base:
+                break
+        else:
+            self.tensors.append(base)
+            i = len(self.tensors) - 1
+        chain = _rebase(views.infer_view_of(base, t), -base.storage_offset())
+        return (i, views.encode_chain(chain))
+
+
+def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
+    """Functionalize one call of ``op`` (under ``ctx``, a functionalization API) with v2."""
+    info = op_info(op)
+    kw = normalize_args(op, args, kwargs)
+    bases = _Bases()
+    wire = []
+    for arg in info.mutable_args:
+        value = kw.pop(arg.name)
+        if value is None:
+            wire.append(None)
+        elif arg.kind is ArgKind.LIST:
+            wire.append(tuple(bases.view_of(t) for t in value))
+        else:
+            wire.append(bases.view_of(value))
+    unwrapped = ctx.unwrap_tensors(kw)
+    with ctx.redispatch_to_next():
+        flat = auto_functionalized_v2(
+            info.qualname,
+            _bases=ctx.unwrap_tensors(bases.tensors),
+            _views=tuple(wire),
+            **unwrapped,
+        )
+    outs, new_bases = flat[: info.num_returns], flat[info.num_returns :]
+    for old, new in zip(bases.tensors, new_bases, strict=True):
+        write_back(ctx, old, new)
+    return ctx.wrap_tensors(unpack_outputs(info, outs))
+
+
+register_rules(auto_functionalized_v2, _v2_dense)

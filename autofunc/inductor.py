@@ -1,0 +1,69 @@
+"""Inductor glue: run the re-inplace pass as a post-grad pass, chained with the user's own.
+
+``install_pass()`` is idempotent and keeps whatever ``post_grad_custom_post_pass`` the user set:
+autofunc's pass runs first (it must see the HOPs before anything else), then theirs.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch._inductor.config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+
+from .passes.reinplace import reinplace
+
+__all__ = ["ReinplacePass", "install_pass", "last_reports"]
+
+log = logging.getLogger("autofunc.inductor")
+
+# Reports of the graphs compiled since the last ``last_reports(clear=True)`` (for ``explain``).
+_reports: list = []
+
+
+def last_reports(clear: bool = False) -> list:
+    out = list(_reports)
+    if clear:
+        _reports.clear()
+    return out
+
+
+class ReinplacePass(CustomGraphPass):
+    """autofunc's post-grad pass, optionally followed by the pass the user had installed."""
+
+    def __init__(self, then: Any = None):
+        self.then = then
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        gm = graph.owning_module
+        report = reinplace(gm, enable=inductor_config_enabled())
+        if report.calls:
+            _reports.append(report)
+            log.debug("%s", report)
+        if self.then is not None:
+            self.then(graph)
+
+    def uuid(self) -> Any:
+        # The FX graph cache keys on this: it changes whenever the pass's code does.
+        files = sorted(str(p) for p in Path(__file__).parent.rglob("*.py"))
+        own = get_hash_for_files(tuple(files), extra=f"reinplace={inductor_config_enabled()}")
+        then = self.then.uuid() if hasattr(self.then, "uuid") else repr(self.then)
+        return (own.hex(), then)
+
+
+# Set to False to decompose the HOPs without re-inplacing (every buffer is cloned).
+REINPLACE = True
+
+
+def inductor_config_enabled() -> bool:
+    return REINPLACE
+
+
+def install_pass() -> None:
+    current = inductor_config.post_grad_custom_post_pass
+    if isinstance(current, ReinplacePass):
+        return
+    inductor_config.post_grad_custom_post_pass = ReinplacePass(then=current)

@@ -1,0 +1,383 @@
+"""The re-inplace pass: turn each autofunc HOP call into a direct call of its mutable op that
+writes straight into the caller's buffers, keeping only the clones that are needed.
+
+Works on any functional ATen graph with ``meta["val"]`` fake tensors (post-grad Inductor graphs,
+``aot_eager`` graphs, exported graphs). Knows nothing about Inductor's configuration; the
+decisions are made by querying :class:`~autofunc.passes.alias.AliasAnalysis`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+from .. import views
+from ..hops.v1 import auto_functionalized_v1, mutable_slots
+from ..hops.v2 import _rebase, auto_functionalized_v2, decode_views
+from ..schema import ArgKind, OpInfo, op_info, resolve
+from .alias import AliasAnalysis, Region, overlaps
+from .report import CallReport, Decision, Reason, Report
+
+__all__ = ["reinplace", "HOP_STRATEGY"]
+
+log = logging.getLogger("autofunc.reinplace")
+
+# The HOPs this pass rewrites, and the strategy each implements.
+HOP_STRATEGY = {
+    auto_functionalized_v1: "v1",  # one buffer per mutable tensor
+    auto_functionalized_v2: "v2",  # one buffer per base
+}
+
+_aten = torch.ops.aten
+
+
+def reinplace(gm: fx.GraphModule, *, enable: bool = True) -> Report:
+    """Rewrite every autofunc HOP call in ``gm`` into a direct call of its op.
+
+    Before (v2, ``foo`` mutates ``x``)::
+
+        out = autofunc_v2("mylib::foo.default", _bases=[buf], _views=((0, (("select", 0, 0),)),))
+        new_buf = out[0]
+        use(new_buf)
+
+    After, when nothing later reads the old ``buf``::
+
+        select = aten.select.int(buf, 0, 0)
+        foo = mylib.foo.default(select)
+        use(buf)
+
+    Otherwise ``buf`` is first cloned (``aten.clone``, or ``empty_strided`` + ``copy_`` to keep
+    exact strides) and the op writes the clone.
+
+    Soundness: a buffer is written in place only when (1) no node after the call reads, through
+    any version that shares its memory, an element of the regions the op writes; (2) no other
+    argument of the same call reads those regions; (3) it is not passed twice as a mutable
+    buffer; (4) when it is a graph input, the graph itself copies the final value back into it
+    (``copy_(input, new)``), which then becomes a self-copy and is removed. Anything unproven
+    keeps its clone, and the report says why.
+
+    Args:
+        gm: the graph module, rewritten in place.
+        enable: ``False`` only decomposes the HOPs, cloning every buffer.
+
+    Returns:
+        A :class:`Report` with one :class:`CallReport` per HOP call.
+    """
+    hops = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in HOP_STRATEGY]
+    report = Report(graph=type(gm).__name__)
+    if not hops:
+        return report
+    _check_vals(gm, hops)
+    analysis = AliasAnalysis(gm.graph)
+    epilogue = _epilogue_copies(gm.graph)
+    finals = _final_versions(hops)
+    for node in hops:
+        report.calls.append(_rewrite_call(gm, node, analysis, epilogue, finals, enable))
+    _remove_self_copies(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    return report
+
+
+# -- step 1: what each call writes ------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Buffer:
+    """One mutable buffer of a call: a v2 base or a v1 mutable tensor, and its output slot."""
+
+    node: fx.Node
+    out_index: int  # index into the HOP's flat outputs
+    args: list[str]  # labels of the mutable arguments regenerated from it
+    chains: list[views.ViewChain]  # the (offset-relative) chain of each
+
+
+def _buffers(node: fx.Node, info: OpInfo) -> list[_Buffer]:
+    if node.target is auto_functionalized_v2:
+        bases = node.kwargs["_bases"]
+        bufs = [_Buffer(b, info.num_returns + i, [], []) for i, b in enumerate(bases)]
+        for name, view in decode_views(info, node.kwargs["_views"]).items():
+            items = view if isinstance(view, list) else [view]
+            for i, v in enumerate(items):
+                if v is not None:
+                    label = f"{name}[{i}]" if isinstance(view, list) else name
+                    bufs[v.base_index].args.append(label)
+                    bufs[v.base_index].chains.append(v.chain)
+        return bufs
+    slots = mutable_slots(info, node.kwargs)
+    return [
+        _Buffer(t, info.num_returns + k, [name if i is None else f"{name}[{i}]"], [views.ViewChain()])
+        for k, (name, i, t) in enumerate(slots)
+    ]
+
+
+def _written(analysis: AliasAnalysis, buf: _Buffer) -> list[Region]:
+    val = buf.node.meta["val"]
+    out = []
+    for chain in buf.chains:
+        view = _rebase(_values(chain), val.storage_offset()).apply(val)
+        out.append(analysis.region_of_val(buf.node, view))
+    return out
+
+
+def _values(chain: views.ViewChain) -> views.ViewChain:
+    """A chain read off graph kwargs holds symbolic values as nodes; use their fake values."""
+    return views.ViewChain(tuple(pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], s) for s in chain.steps))
+
+
+# -- step 2: decide ---------------------------------------------------------------------------
+
+
+def _decide(
+    node: fx.Node,
+    buf: _Buffer,
+    bufs: list[_Buffer],
+    analysis: AliasAnalysis,
+    epilogue: dict[fx.Node, fx.Node],
+    finals: dict[tuple[fx.Node, int], fx.Node | None],
+    enable: bool,
+) -> tuple[Reason, str]:
+    """Whether ``buf`` may be written in place (Reason.INPLACE) or why it must be cloned."""
+    if not enable:
+        return Reason.DISABLED, ""
+    if buf.node.op == "get_attr":
+        return Reason.CONSTANT, ""
+    if buf.node not in analysis.version:
+        return Reason.NO_VALUE, buf.node.name
+    for other in bufs:
+        if other is not buf and analysis.same_memory(other.node, buf.node):
+            return Reason.SAME_BUFFER_TWICE, f"with {other.node.name}"
+    written = _written(analysis, buf)
+    for arg in _other_tensor_args(node, bufs):
+        if analysis.same_memory(arg, buf.node) and any(
+            overlaps(analysis.region(arg), w) for w in written
+        ):
+            return Reason.READ_BY_CALL, arg.name
+    root = analysis.root[analysis.version[buf.node]]
+    if root.op == "placeholder":
+        if buf.node is not root:
+            return Reason.VIEW_OF_INPUT, root.name
+        copy = epilogue.get(root)
+        if copy is None or copy.args[1] is not finals.get((node, buf.out_index)):
+            return Reason.GRAPH_INPUT, root.name
+    reader = analysis.first_read_after(node, buf.node, written)
+    if reader is not None:
+        return Reason.READ_LATER, f"by {reader.name}"
+    return Reason.INPLACE, ""
+
+
+def _other_tensor_args(node: fx.Node, bufs: list[_Buffer]) -> list[fx.Node]:
+    mine = {b.node for b in bufs}
+    return [a for a in node.all_input_nodes if a not in mine]
+
+
+def _epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
+    """placeholder -> the ``copy_(placeholder, new)`` that writes its final value back."""
+    out = {}
+    for n in graph.find_nodes(op="call_function", target=_aten.copy_.default):
+        dst = n.args[0]
+        if isinstance(dst, fx.Node) and dst.op == "placeholder":
+            out[dst] = n
+    return out
+
+
+def _final_versions(hops: list[fx.Node]) -> dict[tuple[fx.Node, int], fx.Node | None]:
+    """(HOP, output index) -> the last version of that buffer along a chain of HOP calls that
+    each take the previous one's output as a buffer (layer after layer of a KV cache)."""
+    outputs = {}  # (hop, index) -> getitem node
+    per_hop: dict[fx.Node, list] = {}
+    for hop in hops:
+        for user in hop.users:
+            if user.target is operator.getitem:
+                outputs[(hop, user.args[1])] = user
+                per_hop.setdefault(hop, []).append((hop, user.args[1]))
+    consumer = {}  # getitem node -> (hop, index) of the call that takes it as a buffer
+    for hop in hops:
+        for buf in _buffers(hop, op_info(resolve(hop.args[0]))):
+            consumer.setdefault(buf.node, (hop, buf.out_index))
+    finals: dict[tuple[fx.Node, int], fx.Node | None] = {}
+    for hop in reversed(hops):  # a consumer comes later in the graph, so it is done first
+        for key in per_hop.get(hop, ()):
+            nxt = consumer.get(outputs[key])
+            finals[key] = outputs[key] if nxt is None else finals.get(nxt)
+    return finals
+
+
+# -- step 3: rewrite --------------------------------------------------------------------------
+
+
+def _rewrite_call(
+    gm: fx.GraphModule,
+    node: fx.Node,
+    analysis: AliasAnalysis,
+    epilogue: dict[fx.Node, fx.Node],
+    finals: dict,
+    enable: bool,
+) -> CallReport:
+    info = op_info(resolve(node.args[0]))
+    strategy = HOP_STRATEGY[node.target]
+    bufs = _buffers(node, info)
+    decisions = []
+    new_bufs = []
+    graph = gm.graph
+    outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
+    with graph.inserting_before(node):
+        for buf in bufs:
+            reason, detail = _decide(node, buf, bufs, analysis, epilogue, finals, enable)
+            val = buf.node.meta["val"] if "val" in buf.node.meta else None
+            nbytes = _nbytes(val)
+            decisions.append(
+                Decision(tuple(buf.args), buf.node.name, tuple(str(c) for c in buf.chains),
+                         reason, nbytes, detail)
+            )
+            log.debug("%s %s %s: %s %s", node.name, info.qualname, buf.args, reason.value, detail)
+            out = outs.get(buf.out_index)
+            if reason is Reason.INPLACE:
+                new_bufs.append(buf.node)
+                if out is not None:
+                    analysis.merge(buf.node, out)
+            else:
+                clone = _emit_clone(graph, buf.node)
+                new_bufs.append(clone)
+                if out is not None:
+                    analysis.track(clone, out)
+        call = _emit_call(graph, node, info, bufs, new_bufs)
+    for index, user in outs.items():
+        if index < info.num_returns:
+            repl = call if info.num_returns == 1 else _getitem(graph, call, index, user)
+        else:
+            repl = new_bufs[index - info.num_returns]
+        user.replace_all_uses_with(repl)
+        graph.erase_node(user)
+    graph.erase_node(node)
+    return CallReport(node.name, info.qualname, strategy, decisions)
+
+
+def _fake_mode(vals: list[Any]) -> FakeTensorMode:
+    mode = detect_fake_mode(vals)
+    if mode is None:
+        raise AssertionError("expected fake tensors in meta['val']")
+    return mode
+
+
+def _emit(graph: fx.Graph, target: Any, args: tuple, kwargs: dict | None = None) -> fx.Node:
+    """Insert ``target(*args, **kwargs)`` and give it a fake ``meta["val"]``."""
+    kwargs = kwargs or {}
+    node = graph.call_function(target, args, kwargs)
+    fake_args, fake_kwargs = pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], (args, kwargs))
+    mode = _fake_mode(pytree.tree_leaves((fake_args, fake_kwargs)))
+    with mode:
+        node.meta["val"] = target(*fake_args, **fake_kwargs)
+    return node
+
+
+def _emit_clone(graph: fx.Graph, src: fx.Node) -> fx.Node:
+    """A copy of ``src`` with exactly its size and strides (custom ops see eager's strides)."""
+    val = src.meta["val"]
+    if val.is_contiguous():
+        node = _emit(graph, _aten.clone.default, (src,))
+    else:
+        empty = _emit(
+            graph,
+            _aten.empty_strided.default,
+            (list(val.shape), list(val.stride())),
+            {"dtype": val.dtype, "device": val.device},
+        )
+        _emit(graph, _aten.copy_.default, (empty, src))
+        node = empty
+    node.meta["autofunc.clone"] = True
+    return node
+
+
+def _emit_view(graph: fx.Graph, base: fx.Node, chain: views.ViewChain) -> fx.Node:
+    node = base
+    for step in chain.steps:
+        if isinstance(step, views.Select):
+            node = _emit(graph, _aten.select.int, (node, step.dim, step.index))
+        elif isinstance(step, views.Slice):
+            node = _emit(graph, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step))
+        else:
+            offset = step.storage_offset
+            base_offset = base.meta["val"].storage_offset()
+            if isinstance(base_offset, int) and isinstance(offset, int):
+                offset = offset + base_offset
+            else:
+                sym = _emit(graph, _aten.sym_storage_offset.default, (base,))
+                offset = _emit(graph, operator.add, (offset, sym))
+            node = _emit(graph, _aten.as_strided.default, (node, list(step.size), list(step.stride), offset))
+    return node
+
+
+def _emit_call(
+    graph: fx.Graph, node: fx.Node, info: OpInfo, bufs: list[_Buffer], new_bufs: list[fx.Node]
+) -> fx.Node:
+    """The direct op call, with each mutable argument regenerated from its (new) buffer."""
+    kwargs = {k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views")}
+    if node.target is auto_functionalized_v2:
+        for name, view in decode_views(info, node.kwargs["_views"]).items():
+            if isinstance(view, list):
+                kwargs[name] = [_emit_view(graph, new_bufs[v.base_index], v.chain) for v in view]
+            elif view is not None:
+                kwargs[name] = _emit_view(graph, new_bufs[view.base_index], view.chain)
+            else:
+                kwargs[name] = None
+    else:
+        it = iter(new_bufs)
+        for arg in info.mutable_args:
+            value = kwargs[arg.name]
+            if value is None:
+                continue
+            if arg.kind is ArgKind.LIST:
+                kwargs[arg.name] = [None if t is None else next(it) for t in value]
+            else:
+                kwargs[arg.name] = next(it)
+    schema_args = info.op._schema.arguments
+    args = tuple(kwargs.pop(a.name) for a in schema_args if not a.kwarg_only)
+    call = _emit(graph, info.op, args, kwargs)
+    # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's inputs
+    # to these values, which have exactly the strides eager passes.
+    call.meta["eager_input_vals"] = pytree.tree_map_only(
+        fx.Node, lambda n: n.meta["val"], (args, kwargs)
+    )
+    return call
+
+
+def _getitem(graph: fx.Graph, call: fx.Node, index: int, like: fx.Node) -> fx.Node:
+    with graph.inserting_before(like):
+        node = graph.call_function(operator.getitem, (call, index))
+    node.meta["val"] = call.meta["val"][index]
+    return node
+
+
+def _nbytes(val: Any) -> int:
+    if not isinstance(val, torch.Tensor):
+        return 0
+    numel = val.numel()
+    n = numel * val.element_size()
+    return int(n) if isinstance(n, int) else int(getattr(n, "node").hint or 0)
+
+
+def _check_vals(gm: fx.GraphModule, hops: list[fx.Node]) -> None:
+    for hop in hops:
+        for arg in hop.all_input_nodes:
+            if not isinstance(arg.meta.get("val"), FakeTensor):
+                raise ValueError(
+                    f"autofunc.reinplace needs fake tensors in meta['val'] (node {arg.name}, an "
+                    f"input of {hop.name}, has none); run FakeTensorProp on the graph first"
+                )
+
+
+def _remove_self_copies(graph: fx.Graph) -> None:
+    """``copy_(x, x)`` is what an epilogue copy-back becomes once its buffer is written in place."""
+    for n in list(graph.find_nodes(op="call_function", target=_aten.copy_.default)):
+        if n.args[0] is n.args[1]:
+            n.replace_all_uses_with(n.args[0])
+            graph.erase_node(n)

@@ -1,0 +1,118 @@
+"""What the re-inplace pass decided and why: ``Decision``, ``CallReport``, ``Report``.
+
+Pure data plus rendering; nothing here inspects graphs. A :class:`Decision` is falsy when the
+buffer was cloned, so ``if decision:`` reads as "written in place".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+__all__ = ["Reason", "Decision", "CallReport", "Report", "format_bytes"]
+
+
+class Reason(enum.Enum):
+    INPLACE = "written in place"
+    DISABLED = "re-inplacing is disabled"
+    READ_LATER = "its old value is read later"
+    READ_BY_CALL = "another argument of the same call reads the memory it writes"
+    SAME_BUFFER_TWICE = "the same memory is passed as two mutable buffers"
+    GRAPH_INPUT = "a graph input whose new value is not copied back by the graph"
+    VIEW_OF_INPUT = "a view of a graph input (its mutation is scattered back, not copied)"
+    CONSTANT = "a constant of the module"
+    NO_VALUE = "no fake value to analyse"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """One mutable buffer of one call: a v2 base, or a v1 mutable argument."""
+
+    args: tuple[str, ...]  # the mutable arguments regenerated from this buffer
+    buffer: str  # the graph node holding the buffer
+    chains: tuple[str, ...]  # per argument, the view chain that regenerates it ("alias", "[3, 0]")
+    reason: Reason
+    nbytes: int  # bytes cloned, or saved when written in place
+    detail: str = ""
+
+    @property
+    def inplace(self) -> bool:
+        return self.reason is Reason.INPLACE
+
+    def __bool__(self) -> bool:
+        return self.inplace
+
+    def explain(self) -> str:
+        why = self.reason.value + (f" ({self.detail})" if self.detail else "")
+        return why
+
+
+@dataclasses.dataclass
+class CallReport:
+    node: str
+    op: str
+    strategy: str
+    decisions: list[Decision]
+
+
+@dataclasses.dataclass
+class Report:
+    """The pass's account of one graph (or, from ``explain``, of several)."""
+
+    calls: list[CallReport] = dataclasses.field(default_factory=list)
+    graph: str = ""
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return [d for c in self.calls for d in c.decisions]
+
+    @property
+    def num_clones(self) -> int:
+        return sum(1 for d in self.decisions if not d)
+
+    @property
+    def bytes_cloned(self) -> int:
+        return sum(d.nbytes for d in self.decisions if not d)
+
+    @property
+    def bytes_saved(self) -> int:
+        return sum(d.nbytes for d in self.decisions if d)
+
+    def extend(self, other: "Report") -> None:
+        self.calls.extend(other.calls)
+
+    def rows(self) -> list[tuple[str, ...]]:
+        rows = []
+        for call in self.calls:
+            for d in call.decisions:
+                for arg, chain in zip(d.args, d.chains):
+                    rows.append(
+                        (call.node, call.op, call.strategy, arg, d.buffer, chain,
+                         "in place" if d else "CLONE", format_bytes(d.nbytes), d.explain())
+                    )
+        return rows
+
+    def __str__(self) -> str:
+        header = ("call", "op", "strategy", "argument", "buffer", "view", "result", "bytes", "why")
+        rows = self.rows()
+        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+        def line(r: tuple) -> str:
+            return "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+
+        title = f"autofunc re-inplace report{(' for ' + self.graph) if self.graph else ''}"
+        out = [title, line(header), line(tuple("-" * w for w in widths))]
+        out += [line(r) for r in rows]
+        out.append(
+            f"{len(self.calls)} call(s), {self.num_clones} clone(s): "
+            f"{format_bytes(self.bytes_cloned)} cloned, {format_bytes(self.bytes_saved)} saved"
+        )
+        return "\n".join(out)
+
+
+def format_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

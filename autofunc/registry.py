@@ -1,0 +1,178 @@
+"""``register()``: route a mutable custom op's functionalization to an autofunc HOP.
+
+Owns the table of registered op overloads and their strategies, and the rule installed with
+``torch.library.register_torch_dispatch(op, FunctionalTensorMode, rule)``, the public hook that
+``torch.compile``, ``torch.export`` and ``make_fx`` under functionalization all go through.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+from typing import Any, Callable, Iterable
+
+import torch
+from torch._ops import OpOverload, OpOverloadPacket
+from torch._subclasses.functional_tensor import FunctionalTensorMode, PythonFunctionalizeAPI
+
+from .errors import AutofuncError
+from .hops.common import may_overlap, normalize_args
+from .hops.v1 import functionalize_v1, mutable_slots
+from .hops.v2 import functionalize_v2
+from .schema import op_info, qualname
+
+__all__ = ["register", "functionalize", "Registration", "registered_strategy", "STRATEGIES"]
+
+log = logging.getLogger("autofunc.registry")
+
+STRATEGIES = ("v1", "v2")
+
+# qualname -> strategy; the dispatch rule reads it on every call, so re-registering an op only
+# changes this entry.
+_strategy: dict[str, str] = {}
+# qualnames whose dispatch rule is installed. A rule stays installed for the life of the
+# process (PyTorch cannot unregister a rule of a ``custom_op``); once an op is removed from
+# ``_strategy`` its rule hands every call back to FunctionalTensorMode's own handling.
+_rule_installed: set[str] = set()
+_generation = itertools.count(1)
+# qualname -> the generation of the registration that currently owns it.
+_owner: dict[str, int] = {}
+
+
+@dataclasses.dataclass
+class Registration:
+    """Returned by :func:`register`; ``remove()`` undoes exactly that registration."""
+
+    ops: tuple[str, ...]
+    strategy: str
+    _generation: int
+
+    def remove(self) -> None:
+        for name in self.ops:
+            if _owner.get(name) != self._generation:
+                continue  # a later register() call replaced this one; it owns the op now
+            _owner.pop(name)
+            _strategy.pop(name, None)
+
+    def __enter__(self) -> "Registration":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def registered_strategy(op: OpOverload | str) -> str | None:
+    """The strategy ``op`` is registered with, or ``None``."""
+    return _strategy.get(op if isinstance(op, str) else qualname(op))
+
+
+def register(op: Any, *, strategy: str = "v2") -> Registration:
+    """Functionalize ``op`` with autofunc's HOP of ``strategy`` from now on.
+
+    Args:
+        op: a ``CustomOpDef`` (what ``@torch.library.custom_op`` returns), an ``OpOverload``, an
+            ``OpOverloadPacket`` (all of its overloads) or a name ``"ns::name"`` /
+            ``"ns::name.overload"``.
+        strategy: ``"v1"`` (clone every mutable argument) or ``"v2"`` (clone their bases).
+
+    Returns:
+        A :class:`Registration`; its ``remove()`` restores PyTorch's default handling. Registering
+        an op again replaces its strategy.
+
+    Raises:
+        AutofuncError: unknown strategy or op name.
+        UnsupportedOpError: the schema of one of the overloads is not supported (raised before
+            anything is registered, naming the op and the argument).
+    """
+    if strategy not in STRATEGIES:
+        raise AutofuncError(f"autofunc.register: strategy must be one of {STRATEGIES}, got {strategy!r}")
+    overloads = list(_overloads(op))
+    infos = [op_info(o) for o in overloads]  # validates every overload before touching anything
+    gen = next(_generation)
+    for info in infos:
+        _strategy[info.qualname] = strategy
+        _owner[info.qualname] = gen
+        if info.qualname not in _rule_installed:
+            _install_rule(info.op)
+            _rule_installed.add(info.qualname)
+        log.debug("registered %s with strategy %s", info.qualname, strategy)
+    from .inductor import install_pass
+
+    install_pass()
+    return Registration(tuple(i.qualname for i in infos), strategy, gen)
+
+
+def functionalize(op: Any = None, *, strategy: str = "v2") -> Any:
+    """Decorator form of :func:`register`, stacked on ``@torch.library.custom_op``::
+
+        @autofunc.functionalize(strategy="v2")
+        @torch.library.custom_op("mylib::write", mutates_args={"out"})
+        def write(out: torch.Tensor, x: torch.Tensor) -> None: ...
+
+    Returns the op unchanged (its registration handle is at ``op.autofunc_registration``).
+    """
+
+    def wrap(o: Any) -> Any:
+        handle = register(o, strategy=strategy)
+        try:
+            o.autofunc_registration = handle
+        except AttributeError:
+            pass
+        return o
+
+    return wrap if op is None else wrap(op)
+
+
+def _install_rule(op: OpOverload) -> None:
+    try:
+        torch.library.register_torch_dispatch(op, FunctionalTensorMode, _functional_rule)
+    except RuntimeError as e:
+        raise AutofuncError(
+            f"autofunc.register: {qualname(op)} already has a FunctionalTensorMode rule that is "
+            f"not autofunc's ({e})"
+        ) from e
+
+
+def _functional_rule(mode: FunctionalTensorMode, func: OpOverload, types, args, kwargs) -> Any:
+    strategy = _strategy.get(qualname(func))
+    if strategy is None:  # unregistered: PyTorch's default handling
+        return mode.__torch_dispatch__(func, types, args, kwargs)
+    ctx = PythonFunctionalizeAPI(mode=mode)
+    if strategy == "v1" and _mutable_args_overlap(func, args, kwargs):
+        # Note [v1 and aliased args]
+        # v1 clones each mutable argument separately. When two of them may share memory (the
+        # same tensor twice, or overlapping views of one base) separate clones would break the
+        # aliasing the op sees in eager, so that call is functionalized with v2, which clones
+        # their common base once.
+        log.debug("%s: mutable arguments may overlap; this call uses v2", func)
+        strategy = "v2"
+    if strategy == "v1":
+        return functionalize_v1(ctx, func, args, kwargs or {})
+    return functionalize_v2(ctx, func, args, kwargs or {})
+
+
+def _mutable_args_overlap(func: OpOverload, args: tuple, kwargs: dict) -> bool:
+    tensors = [t for _, _, t in mutable_slots(op_info(func), normalize_args(func, args, kwargs or {}))]
+    return any(may_overlap(a, b) for a, b in itertools.combinations(tensors, 2))
+
+
+def _overloads(op: Any) -> Iterable[OpOverload]:
+    if isinstance(op, OpOverload):
+        return [op]
+    if isinstance(op, OpOverloadPacket):
+        return [getattr(op, name) for name in op.overloads()]
+    opoverload = getattr(op, "_opoverload", None)  # CustomOpDef
+    if isinstance(opoverload, OpOverload):
+        return [opoverload]
+    if isinstance(op, str):
+        ns, sep, rest = op.partition("::")
+        name, _, overload = rest.partition(".")
+        packet = getattr(getattr(torch.ops, ns, None), name, None) if sep else None
+        if packet is None:
+            raise AutofuncError(f"autofunc.register: no op named {op!r} (expected 'ns::name[.overload]')")
+        return _overloads(getattr(packet, overload) if overload else packet)
+    raise AutofuncError(
+        f"autofunc.register: expected a CustomOpDef, OpOverload, OpOverloadPacket or 'ns::name', "
+        f"got {type(op).__name__}"
+    )

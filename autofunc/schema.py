@@ -1,0 +1,159 @@
+"""What autofunc supports: the mutable-argument layout of an op, read off its schema.
+
+``op_info(op)`` returns an :class:`OpInfo` or raises :class:`UnsupportedOpError` naming the op and
+the argument at fault; ``check_op(op)`` returns that error's reason (or ``None``) instead of
+raising. Nothing here imports HOP, FX or Inductor modules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+
+import torch
+from torch._ops import OpOverload
+
+from .errors import UnsupportedOpError
+
+__all__ = ["ArgKind", "MutableArg", "OpInfo", "RESERVED_KWARGS", "op_info", "check_op", "resolve"]
+
+# Keyword names the HOPs use for their own bookkeeping; an op argument may not be called this.
+RESERVED_KWARGS = ("_op", "_bases", "_views")
+
+
+class ArgKind(enum.Enum):
+    TENSOR = "Tensor(a!)"
+    OPTIONAL = "Tensor(a!)?"
+    LIST = "Tensor(a!)[]"
+
+
+@dataclasses.dataclass(frozen=True)
+class MutableArg:
+    name: str
+    kind: ArgKind
+    kwarg_only: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class OpInfo:
+    """The facts about one op overload that the HOPs and the pass need."""
+
+    op: OpOverload
+    qualname: str  # "ns::name.overload", the HOPs' wire name for the op
+    arg_names: tuple[str, ...]
+    mutable_args: tuple[MutableArg, ...]
+    num_returns: int
+
+    @property
+    def mutable_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.mutable_args)
+
+
+def qualname(op: OpOverload) -> str:
+    return f"{op._schema.name}.{op._overloadname}"
+
+
+def _classify(arg: torch._C.Argument) -> ArgKind | None:
+    t = arg.type
+    if isinstance(t, torch.TensorType):
+        return ArgKind.TENSOR
+    if isinstance(t, torch.OptionalType) and isinstance(t.getElementType(), torch.TensorType):
+        return ArgKind.OPTIONAL
+    if isinstance(t, torch.ListType) and isinstance(t.getElementType(), torch.TensorType):
+        return ArgKind.LIST
+    return None
+
+
+def _check(op: OpOverload) -> OpInfo:
+    schema = op._schema
+    name = qualname(op)
+    mutable = []
+    write_sets: dict[tuple, str] = {}
+    for arg in schema.arguments:
+        if arg.name in RESERVED_KWARGS:
+            raise UnsupportedOpError(
+                name, "the name is reserved for autofunc's HOP keywords", arg=arg.name,
+                hint="Rename the argument",
+            )
+        info = arg.alias_info
+        if info is None or not info.is_write:
+            continue
+        kind = _classify(arg)
+        if kind is None:
+            raise UnsupportedOpError(
+                name,
+                f"mutable arguments must be Tensor(a!), Tensor(a!)? or Tensor(a!)[], got {arg.type}",
+                arg=arg.name,
+                hint="Pass mutable tensors directly, not inside nested containers",
+            )
+        # A list's alias set sits on its elements, so an empty set names the argument itself.
+        key = tuple(sorted(info.before_set)) or (f"<{arg.name}>",)
+        if key in write_sets:
+            raise UnsupportedOpError(
+                name,
+                f"it shares the alias set {set(key)} with argument '{write_sets[key]}', so the "
+                "schema promises the two alias; autofunc cannot regenerate that aliasing",
+                arg=arg.name,
+                hint="Give each mutable argument its own alias set",
+            )
+        write_sets[key] = arg.name
+        mutable.append(MutableArg(arg.name, kind, arg.kwarg_only))
+    if not mutable:
+        raise UnsupportedOpError(name, "it mutates no argument, so there is nothing to functionalize")
+    for ret in schema.returns:
+        if ret.alias_info is not None:
+            raise UnsupportedOpError(
+                name,
+                f"its output '{ret.type}' aliases an input ({ret.alias_info})",
+                hint="Return nothing (the mutation is visible through the argument) or a fresh tensor",
+            )
+        if not _is_supported_return(ret.type):
+            raise UnsupportedOpError(name, f"return type {ret.type} is not supported")
+    return OpInfo(
+        op=op,
+        qualname=name,
+        arg_names=tuple(a.name for a in schema.arguments),
+        mutable_args=tuple(mutable),
+        num_returns=len(schema.returns),
+    )
+
+
+def _is_supported_return(t: torch._C.JitType) -> bool:
+    if isinstance(t, (torch.TensorType, torch.IntType, torch.FloatType, torch.BoolType, torch.SymIntType)):
+        return True
+    if isinstance(t, torch.ListType):
+        return isinstance(t.getElementType(), torch.TensorType)
+    if isinstance(t, torch.OptionalType):
+        return isinstance(t.getElementType(), torch.TensorType)
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def op_info(op: OpOverload) -> OpInfo:
+    """Return what autofunc needs to know about ``op``.
+
+    Raises:
+        UnsupportedOpError: the schema has an aliasing output, a mutable argument that is not a
+            tensor, an optional tensor or a list of tensors, two mutable arguments in one alias
+            set, an argument named like a HOP keyword, or no mutable argument at all.
+    """
+    return _check(op)
+
+
+def check_op(op: OpOverload) -> str | None:
+    """The reason autofunc cannot handle ``op``, or ``None`` when it can."""
+    try:
+        op_info(op)
+    except UnsupportedOpError as e:
+        return str(e)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def resolve(name: str) -> OpOverload:
+    """``"ns::name.overload"`` -> the OpOverload (the HOPs carry ops by this name)."""
+    ns, rest = name.split("::", 1)
+    op_name, _, overload = rest.partition(".")
+    packet = getattr(getattr(torch.ops, ns), op_name)
+    return getattr(packet, overload or "default")
