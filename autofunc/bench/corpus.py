@@ -1,0 +1,300 @@
+"""A corpus of small programs that call mutable custom ops, shared by the tests and the
+comparison benchmark.
+
+Each :class:`Program` is a function plus a factory of fresh inputs. The ops live in the
+``autofunc_corpus`` namespace; :func:`register_all` routes them to one autofunc strategy (or
+leaves them to PyTorch's built-in handling). Programs follow the seeds (the v2 note), PyTorch
+issues about custom ops and re-inplacing, and vLLM-style layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+
+__all__ = ["Program", "PROGRAMS", "OPS", "register_all", "program"]
+
+_NS = "autofunc_corpus"
+
+
+# -- ops ----------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op(f"{_NS}::add_", mutates_args={"x"})
+def add_(x: torch.Tensor, y: torch.Tensor) -> None:
+    """x += y"""
+    x.add_(y)
+
+
+@torch.library.custom_op(f"{_NS}::add_opt", mutates_args={"x"})
+def add_opt(x: torch.Tensor | None, y: torch.Tensor) -> None:
+    """x += y when x is given"""
+    if x is not None:
+        x.add_(y)
+
+
+@torch.library.custom_op(f"{_NS}::add_list", mutates_args={"xs"})
+def add_list(xs: list[torch.Tensor], y: torch.Tensor) -> None:
+    """x += y * (i + 1) for the i-th x"""
+    for i, x in enumerate(xs):
+        x.add_(y * (i + 1))
+
+
+@torch.library.custom_op(f"{_NS}::add_and_sum", mutates_args={"x"})
+def add_and_sum(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x += y; returns the sum of the new x as a fresh tensor"""
+    x.add_(y)
+    return x.sum().reshape(1)
+
+
+@add_and_sum.register_fake
+def _(x, y):
+    return x.new_empty(1)
+
+
+@torch.library.custom_op(f"{_NS}::two", mutates_args={"a", "b"})
+def two(a: torch.Tensor, b: torch.Tensor) -> None:
+    """a += 1, then b *= 2 (order matters when a and b overlap)"""
+    a.add_(1)
+    b.mul_(2)
+
+
+@torch.library.custom_op(f"{_NS}::copy_into", mutates_args={"dst"})
+def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """dst = src + 1, written element by element from the end so that an aliased src reads
+    clobbered values (the PyTorch PR #198260 trap)"""
+    flat_dst, flat_src = dst.view(-1), src.reshape(-1)
+    for i in reversed(range(flat_dst.numel())):
+        flat_dst[i] = flat_src[(i + 1) % flat_src.numel()] + 1
+
+
+@torch.library.custom_op(f"{_NS}::write_rows", mutates_args={"cache"})
+def write_rows(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor) -> None:
+    """cache[index] = rows (a paged KV-cache write)"""
+    cache.index_copy_(0, index, rows)
+
+
+_lib = torch.library.Library(_NS, "FRAGMENT")
+_lib.define("bump(Tensor(a!) x) -> ()")
+_lib.define("bump.by(Tensor(a!) x, float by) -> ()")
+
+
+def _bump(x, by=1.0):
+    x.add_(by)
+
+
+def _scale_into(x, *, out, alpha=2.0):
+    out.copy_(x * alpha)
+
+
+_lib.impl("bump", _bump, "CompositeExplicitAutograd")
+_lib.impl("bump.by", _bump, "CompositeExplicitAutograd")
+# custom_op rejects kwarg-only tensors, so this one is defined through the Library API.
+_lib.define("scale_into(Tensor x, *, Tensor(a!) out, float alpha=2.0) -> ()")
+_lib.impl("scale_into", _scale_into, "CompositeExplicitAutograd")
+scale_into = torch.ops.autofunc_corpus.scale_into
+for _name in ("bump", "bump.by", "scale_into"):
+    torch.library.register_fake(f"{_NS}::{_name}", lambda *a, **k: None, lib=_lib)
+
+OPS = (add_, add_opt, add_list, add_and_sum, two, copy_into, write_rows)
+OP_NAMES = tuple(op._qualname for op in OPS) + (f"{_NS}::bump", f"{_NS}::scale_into")
+
+
+def register_all(strategy: str | None):
+    """Register every corpus op with ``strategy`` (``None``: PyTorch's built-in handling).
+
+    Returns the registrations (call ``remove()`` on each to undo).
+    """
+    if strategy is None:
+        return []
+    import autofunc
+
+    return [autofunc.register(name, strategy=strategy) for name in OP_NAMES]
+
+
+# -- programs -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    name: str
+    fn: Callable
+    make_inputs: Callable[[], tuple]
+    note: str = ""
+
+    def inputs(self) -> tuple:
+        torch.manual_seed(0)
+        return self.make_inputs()
+
+
+PROGRAMS: dict[str, Program] = {}
+
+
+def program(make_inputs: Callable[[], tuple], note: str = "") -> Callable:
+    def deco(fn: Callable) -> Callable:
+        PROGRAMS[fn.__name__] = Program(fn.__name__, fn, make_inputs, note)
+        return fn
+
+    return deco
+
+
+def _x33():
+    return (torch.randn(3, 3),)
+
+
+@program(_x33, "v2 note: foo(f) on a fresh buffer")
+def note_base(x):
+    f = torch.full((3, 3), 2.0)
+    add_(f, x)
+    return f
+
+
+@program(_x33, "v2 note: foo(f[0])")
+def note_select(x):
+    f = torch.full((3, 3), 2.0)
+    add_(f[0], x[0])
+    return f
+
+
+@program(_x33, "v2 note: y = zeros(3, 3); foo(y[:, 1]); return y")
+def note_column(x):
+    y = torch.zeros(3, 3)
+    add_(y[:, 1], x[0])
+    return y
+
+
+@program(lambda: (torch.randn(4, 5), torch.randn(5)), "mutating a graph input in place")
+def input_inplace(x, y):
+    add_(x, y)
+    return x.sum()
+
+
+@program(lambda: (torch.randn(4, 5), torch.randn(5)), "mutating a row of a graph input")
+def input_row(x, y):
+    add_(x[1], y)
+    return x * 2
+
+
+@program(lambda: (torch.randn(4, 5), torch.randn(5)), "the old value is read after the call")
+def read_after(x, y):
+    buf = x * 1
+    old = buf.sum()
+    add_(buf, y)
+    return buf + old, buf.sum() - x.sum()
+
+
+@program(lambda: (torch.randn(4, 5), torch.randn(5)), "the old value is returned")
+def old_value_returned(x, y):
+    buf = x + 1
+    alias = buf[1]
+    add_(buf[0], y)
+    return buf, alias * 1
+
+
+@program(lambda: (torch.randn(3, 4),), "optional mutable argument, given and None")
+def optional_arg(x):
+    buf = x.clone()
+    add_opt(buf, x)
+    add_opt(None, x)
+    return buf
+
+
+@program(lambda: (torch.randn(3, 4),), "a list of mutable tensors, views of one base")
+def list_arg(x):
+    buf = torch.zeros(3, 4)
+    add_list([buf[0], buf[2], x[1]], x[0])
+    return buf
+
+
+@program(lambda: (torch.randn(3, 4),), "kwarg-only mutable argument")
+def kwarg_only(x):
+    out = torch.empty(3, 4)
+    scale_into(x, out=out, alpha=3.0)
+    return out + 1
+
+
+@program(lambda: (torch.randn(3, 4), torch.randn(4)), "an op that returns a tensor and mutates")
+def returns_and_mutates(x, y):
+    buf = x.clone()
+    s = add_and_sum(buf[1], y)
+    return buf, s * 2
+
+
+@program(lambda: (torch.randn(3, 4),), "two overloads of one op")
+def overloads(x):
+    buf = x.clone()
+    torch.ops.autofunc_corpus.bump(buf[0])
+    torch.ops.autofunc_corpus.bump.by(buf[:, 1], 5.0)
+    return buf
+
+
+@program(lambda: (torch.randn(4, 6),), "two mutable args: disjoint views of one base")
+def two_disjoint(x):
+    buf = x.clone()
+    two(buf[0], buf[2:])
+    return buf
+
+
+@program(lambda: (torch.randn(4, 6),), "two mutable args: overlapping views of one base")
+def two_overlapping(x):
+    buf = x.clone()
+    two(buf[0:3], buf[1:])
+    return buf
+
+
+@program(lambda: (torch.randn(4, 6),), "the same tensor passed twice as mutable")
+def same_twice(x):
+    buf = x.clone()
+    two(buf, buf)
+    return buf
+
+
+@program(lambda: (torch.randn(4, 6),), "PR #198260: op(dst=x, src=clone of x)")
+def dst_src_clone(x):
+    y = x.clone()
+    copy_into(x, y)
+    return x
+
+
+@program(lambda: (torch.randn(4, 6),), "writing one slice of a buffer while reading another")
+def disjoint_read_by_call(x):
+    buf = x.clone()
+    copy_into(buf[0], buf[2])
+    return buf
+
+
+@program(lambda: (torch.randn(6, 8),), "write into qkv.split views, read v afterwards")
+def qkv_split(x):
+    qkv = x @ torch.ones(8, 12)
+    q, k, v = qkv.split([4, 4, 4], dim=-1)
+    two(q, k)
+    return q + k + v, v.sum()
+
+
+def _kv_inputs(layers: int = 3):
+    kv = torch.zeros(layers, 2, 8, 4)
+    rows = torch.randn(layers, 2, 4)
+    index = torch.tensor([1, 5])
+    return kv, rows, index
+
+
+@program(_kv_inputs, "vLLM-style: write kv[l, 0] and kv[l, 1] of a cache input, layer by layer")
+def kv_layers(kv, rows, index):
+    h = rows[0].sum()
+    for layer in range(kv.shape[0]):
+        write_rows(kv[layer, 0], rows[layer] + h, index)
+        write_rows(kv[layer, 1], rows[layer] * 2, index)
+        h = h + kv[layer, 0].sum()
+    return h
+
+
+@program(_kv_inputs, "vLLM-style: read the previous layer's cache after the next layer writes")
+def kv_reordered_read(kv, rows, index):
+    outs = []
+    for layer in range(kv.shape[0]):
+        write_rows(kv[layer, 0], rows[layer], index)
+        if layer > 0:
+            outs.append(kv[layer - 1, 0].sum())
+    return torch.stack(outs)

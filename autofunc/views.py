@@ -1,0 +1,587 @@
+"""View-chain inference: regenerate a view of a base tensor with standard view ops.
+
+This module owns the ``ViewChain`` data model (``Select`` / ``Slice`` / ``AsStrided`` steps), the
+inference of the cheapest chain that reproduces a view geometry *exactly* from its base geometry,
+and the HOP-kwargs wire format (``encode_chain`` / ``decode_chain``).  It is pure arithmetic on
+sizes, strides and offsets (ints or ``torch.SymInt``): it must not import HOP, FX-graph or
+Inductor modules, and it never installs guards (only ``statically_known_true`` decisions).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+try:
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+except ImportError:  # pragma: no cover - very old torch
+
+    def statically_known_true(x):  # type: ignore[misc]
+        return x if isinstance(x, bool) else False
+
+
+__all__ = [
+    "IntLike",
+    "Select",
+    "Slice",
+    "AsStrided",
+    "Step",
+    "ViewChain",
+    "infer_view",
+    "infer_view_of",
+    "encode_chain",
+    "decode_chain",
+]
+
+IntLike = int | torch.SymInt
+
+# Upper bound on nodes visited while decomposing an offset (keeps pathological bases cheap).
+_SEARCH_BUDGET = 20_000
+
+
+@dataclass(frozen=True)
+class Select:
+    """``aten.select.int(t, dim, index)``: drops ``dim``."""
+
+    dim: int
+    index: IntLike
+
+
+@dataclass(frozen=True)
+class Slice:
+    """``aten.slice.Tensor(t, dim, start, stop, step)``."""
+
+    dim: int
+    start: IntLike
+    stop: IntLike
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class AsStrided:
+    """``aten.as_strided.default(t, size, stride, storage_offset)``: the last resort.
+
+    The offset is absolute (relative to the storage), like ``Tensor.storage_offset()``.
+    """
+
+    size: tuple[IntLike, ...]
+    stride: tuple[IntLike, ...]
+    storage_offset: IntLike
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", tuple(self.size))
+        object.__setattr__(self, "stride", tuple(self.stride))
+
+
+Step = Select | Slice | AsStrided
+
+
+class _Geom(NamedTuple):
+    size: tuple[IntLike, ...]
+    stride: tuple[IntLike, ...]
+    offset: IntLike
+
+
+# --------------------------------------------------------------------------------------------
+# Guard-free arithmetic helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _known(cond) -> bool:
+    """True iff ``cond`` is provably true; never installs a guard."""
+    if isinstance(cond, bool):
+        return cond
+    return bool(statically_known_true(cond))
+
+
+def _as_int(x) -> int | None:
+    """``x`` as a Python int when it is one (or a constant SymInt), else ``None``."""
+    if isinstance(x, int):
+        return x
+    if isinstance(x, torch.SymInt):
+        return x.node.maybe_as_int()
+    return None
+
+
+def _hint(x: IntLike) -> int | None:
+    """The example value of ``x`` (steers searches only; never used without verification)."""
+    if isinstance(x, int):
+        return x
+    node = x.node
+    return node.hint if node.has_hint() else None
+
+
+def _simplify(x: IntLike) -> IntLike:
+    """Turn constant SymInts into plain ints (keeps chains and wire tuples readable)."""
+    value = _as_int(x)
+    return x if value is None else value
+
+
+def _all_known_eq(xs: Sequence[IntLike], ys: Sequence[IntLike]) -> bool:
+    return len(xs) == len(ys) and all(_known(x == y) for x, y in zip(xs, ys))
+
+
+def _wrap_index(index: IntLike, n: IntLike) -> IntLike:
+    if isinstance(index, int) and isinstance(n, int) and index < 0:
+        return index + n
+    return index
+
+
+def _slice_start_len(step: Slice, n: IntLike) -> tuple[IntLike, IntLike]:
+    """(start, length) of ``aten.slice`` on a dim of size ``n`` (clamped like ATen for ints)."""
+    start, stop, k = step.start, step.stop, step.step
+    if all(isinstance(v, int) for v in (start, stop, n)):
+        start = min(max(start + n if start < 0 else start, 0), n)
+        stop = min(max(stop + n if stop < 0 else stop, start), n)
+    return start, (stop - start + k - 1) // k
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+
+def _fmt_call(step: Step) -> str:
+    if isinstance(step, Select):
+        return f"select({step.dim}, {step.index})"
+    if isinstance(step, Slice):
+        return f"slice({step.dim}, {step.start}, {step.stop}, {step.step})"
+    return f"as_strided({tuple(step.size)}, {tuple(step.stride)}, {step.storage_offset})"
+
+
+def _fmt_index(step: Select | Slice) -> str:
+    if isinstance(step, Select):
+        return str(step.index)
+    start = "" if _as_int(step.start) == 0 else str(step.start)
+    text = f"{start}:{step.stop}"
+    return text if step.step == 1 else f"{text}:{step.step}"
+
+
+def _render(steps: Sequence[Step]) -> str:
+    """Merge runs of select/slice on distinct dims into one subscript; join runs with ' -> '."""
+    width = len(steps) + 1 + max((s.dim for s in steps if not isinstance(s, AsStrided)), default=0)
+    parts: list[str] = []
+    entries: dict[int, str] = {}  # original dim (at the run's input) -> subscript entry
+    alive: list[int] = list(range(width))  # current dim -> original dim
+
+    def flush() -> None:
+        if entries:
+            items = (entries.get(d, ":") for d in range(max(entries) + 1))
+            parts.append("[" + ", ".join(items) + "]")
+        entries.clear()
+        alive[:] = range(width)
+
+    for step in steps:
+        if isinstance(step, AsStrided) or step.dim < 0:
+            flush()
+            parts.append(_fmt_call(step))
+            continue
+        if alive[step.dim] in entries:
+            flush()
+        entries[alive[step.dim]] = _fmt_index(step)
+        if isinstance(step, Select):
+            del alive[step.dim]
+    flush()
+    return " -> ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# ViewChain
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ViewChain:
+    """Steps that regenerate a view from its base, applied in order; ``()`` is the base itself."""
+
+    steps: tuple[Step, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+
+    @property
+    def is_alias(self) -> bool:
+        """Whether the view is the base itself (no step)."""
+        return not self.steps
+
+    @property
+    def uses_as_strided(self) -> bool:
+        """Whether any step is an ``as_strided`` (the last-resort fallback)."""
+        return any(isinstance(step, AsStrided) for step in self.steps)
+
+    def apply(self, base: torch.Tensor) -> torch.Tensor:
+        """Applies the steps to ``base`` with ATen view ops.
+
+        Args:
+            base: The tensor (real, fake or proxy-traced) the chain was inferred against.
+
+        Returns:
+            ``base`` itself for an alias chain, else a view sharing ``base``'s storage.
+        """
+        out = base
+        for step in self.steps:
+            if isinstance(step, Select):
+                out = torch.ops.aten.select.int(out, step.dim, step.index)
+            elif isinstance(step, Slice):
+                out = torch.ops.aten.slice.Tensor(out, step.dim, step.start, step.stop, step.step)
+            else:
+                size, stride = list(step.size), list(step.stride)
+                out = torch.ops.aten.as_strided.default(out, size, stride, step.storage_offset)
+        return out
+
+    def geometry(
+        self, size: Sequence[IntLike], stride: Sequence[IntLike], storage_offset: IntLike
+    ) -> tuple[tuple[IntLike, ...], tuple[IntLike, ...], IntLike]:
+        """Pure arithmetic: the geometry obtained by applying the chain to a base geometry.
+
+        Int start/stop/index values are normalized and clamped like ATen does; symbolic ones
+        are assumed in range (as ``infer_view`` guarantees).
+
+        Args:
+            size: Base sizes.
+            stride: Base strides (elements).
+            storage_offset: Base storage offset (elements).
+
+        Returns:
+            ``(size, stride, storage_offset)`` of the resulting view.
+        """
+        sizes, strides, offset = list(size), list(stride), storage_offset
+        for step in self.steps:
+            if isinstance(step, AsStrided):
+                sizes, strides = list(step.size), list(step.stride)
+                offset = step.storage_offset
+                continue
+            dim = step.dim + len(sizes) if step.dim < 0 else step.dim
+            if isinstance(step, Select):
+                offset = offset + _wrap_index(step.index, sizes[dim]) * strides[dim]
+                del sizes[dim], strides[dim]
+            else:
+                start, length = _slice_start_len(step, sizes[dim])
+                offset = offset + start * strides[dim]
+                sizes[dim], strides[dim] = length, strides[dim] * step.step
+        return tuple(sizes), tuple(strides), offset
+
+    def __str__(self) -> str:
+        return "alias" if not self.steps else _render(self.steps)
+
+
+# --------------------------------------------------------------------------------------------
+# Inference
+# --------------------------------------------------------------------------------------------
+
+
+def _kept_step(bsize: IntLike, bstride: IntLike, vsize: IntLike, vstride: IntLike) -> int | None:
+    """The slice step mapping a base dim onto a view dim, or ``None`` if impossible/unknown."""
+    if isinstance(bstride, int) and isinstance(vstride, int):
+        if bstride == 0:
+            step = 1 if vstride == 0 else None
+        else:
+            step = vstride // bstride if vstride % bstride == 0 else None
+    elif _known(vstride == bstride):
+        step = 1
+    elif _known(bstride == 0) or not _known(bstride > 0):
+        step = None
+    else:
+        step = _as_int(vstride // bstride)
+        step = step if step is not None and _known(step * bstride == vstride) else None
+    if step is None or step < 1:
+        return None
+    if not (_known(vsize >= 1) and _known((vsize - 1) * step <= bsize - 1)):
+        return None
+    return step
+
+
+Matching = tuple[tuple[int, int], ...]  # per view dim: (base dim, slice step)
+
+
+def _matchings(base: _Geom, view: _Geom, budget: list[int]) -> list[Matching]:
+    """All order-preserving maps of view dims onto base dims with compatible strides."""
+    nb, nv = len(base.size), len(view.size)
+    out: list[Matching] = []
+    acc: list[tuple[int, int]] = []
+
+    def rec(j: int, first: int) -> None:
+        if j == nv:
+            out.append(tuple(acc))
+            return
+        for i in range(first, nb - (nv - j) + 1):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return
+            step = _kept_step(base.size[i], base.stride[i], view.size[j], view.stride[j])
+            if step is not None:
+                acc.append((i, step))
+                rec(j + 1, i + 1)
+                acc.pop()
+
+    rec(0, 0)
+    return out
+
+
+def _is_full(base: _Geom, view: _Geom, i: int, j: int, step: int) -> bool:
+    return step == 1 and _known(view.size[j] == base.size[i])
+
+
+def _cost(base: _Geom, view: _Geom, match: Matching) -> int:
+    slices = sum(not _is_full(base, view, i, j, k) for j, (i, k) in enumerate(match))
+    return len(base.size) - len(view.size) + slices
+
+
+def _terms(base: _Geom, view: _Geom, match: Matching) -> list[tuple[int, IntLike, IntLike]] | None:
+    """Per base dim: (dim, stride, max coefficient) for the offset decomposition."""
+    kept = {i: (j, k) for j, (i, k) in enumerate(match)}
+    terms = []
+    for i, (n, s) in enumerate(zip(base.size, base.stride)):
+        j, k = kept.get(i, (None, 1))
+        hi = n - 1 if j is None else n - 1 - (view.size[j] - 1) * k
+        if not _known(hi >= 0):
+            return None
+        terms.append((i, s, hi))
+    return terms
+
+
+def _solve_static(terms: list, delta: int, budget: list[int]) -> dict[int, int] | None:
+    """Exact bounded decomposition ``delta = sum c_i * s_i`` (0 <= c_i <= hi_i), all ints."""
+    terms = sorted(terms, key=lambda t: -t[1])
+    reach = [0] * (len(terms) + 1)  # reach[k]: largest sum the terms k.. can produce
+    for k in reversed(range(len(terms))):
+        reach[k] = reach[k + 1] + terms[k][1] * terms[k][2]
+    coeffs: dict[int, int] = {}
+
+    def dfs(k: int, rem: int) -> bool:
+        budget[0] -= 1
+        if budget[0] < 0 or rem < 0 or rem > reach[k]:
+            return False
+        if k == len(terms):
+            return rem == 0
+        dim, s, hi = terms[k]
+        if s == 0:
+            coeffs[dim] = 0
+            return dfs(k + 1, rem)
+        lo = max(0, -((reach[k + 1] - rem) // s))
+        for c in range(min(hi, rem // s), lo - 1, -1):
+            coeffs[dim] = c
+            if dfs(k + 1, rem - c * s):
+                return True
+        return False
+
+    return coeffs if dfs(0, delta) else None
+
+
+def _stride_order(a: tuple, b: tuple) -> int:
+    return -1 if _known(a[1] > b[1]) else (1 if _known(a[1] < b[1]) else 0)
+
+
+def _solve_symbolic(terms: list, delta: IntLike) -> dict[int, IntLike] | None:
+    """Greedy decomposition by decreasing stride; every decision must be statically known."""
+    coeffs: dict[int, IntLike] = {}
+    rem = delta
+    for dim, s, hi in sorted(terms, key=functools.cmp_to_key(_stride_order)):
+        if _known(s == 0):
+            c = 0
+        elif _known(s > 0):
+            c = _simplify(rem // s)
+        else:
+            return None
+        if not (_known(c >= 0) and _known(c <= hi)):
+            return None
+        coeffs[dim] = c
+        rem = rem - c * s
+    return coeffs if _known(rem == 0) else None
+
+
+def _solve_hinted(terms: list, delta: IntLike, budget: list[int]) -> dict[int, int] | None:
+    """Int coefficients found on the example values, kept only if provably in bounds."""
+    hinted = [(dim, _hint(s), _hint(hi)) for dim, s, hi in terms]
+    delta_hint = _hint(delta)
+    if delta_hint is None or any(s is None or hi is None for _, s, hi in hinted):
+        return None
+    coeffs = _solve_static(hinted, delta_hint, budget)
+    if coeffs is None or not all(_known(coeffs[dim] <= hi) for dim, _, hi in terms):
+        return None
+    return coeffs
+
+
+def _solve(terms: list, delta: IntLike, budget: list[int]) -> dict[int, IntLike] | None:
+    """Offset decomposition: exhaustive for ints, greedy then example-guided for SymInts."""
+    values = [delta] + [v for _, s, hi in terms for v in (s, hi)]
+    if all(isinstance(v, int) for v in values):
+        return _solve_static(terms, delta, budget)
+    coeffs = _solve_symbolic(terms, delta)
+    return coeffs if coeffs is not None else _solve_hinted(terms, delta, budget)
+
+
+def _slice_stop(start: IntLike, length: IntLike, step: int, n: IntLike) -> IntLike:
+    """``min(start + length * step, n)``; either bound yields the exact length."""
+    end = start + length * step
+    if _known(end <= n):
+        return _simplify(end)
+    return n if _known(end >= n) else _simplify(end)
+
+
+def _build_chain(base: _Geom, view: _Geom, match: Matching, coeffs: dict) -> ViewChain:
+    """Steps in application order, ascending base dims, dims relative to the current tensor."""
+    kept = {i: (j, k) for j, (i, k) in enumerate(match)}
+    steps: list[Step] = []
+    removed = 0
+    for i in range(len(base.size)):
+        c, cur = _simplify(coeffs[i]), i - removed
+        if i not in kept:
+            steps.append(Select(cur, c))
+            removed += 1
+        elif not _is_full(base, view, i, *kept[i]):
+            j, k = kept[i]
+            steps.append(Slice(cur, c, _slice_stop(c, view.size[j], k, base.size[i]), k))
+    return ViewChain(tuple(steps))
+
+
+def _same_geometry(a: _Geom, b: _Geom) -> bool:
+    return (
+        _all_known_eq(a.size, b.size)
+        and _all_known_eq(a.stride, b.stride)
+        and _known(a.offset == b.offset)
+    )
+
+
+def _reproduces(chain: ViewChain, base: _Geom, view: _Geom) -> bool:
+    return _same_geometry(_Geom(*chain.geometry(*base)), view)
+
+
+def _search(base: _Geom, view: _Geom) -> ViewChain | None:
+    """Cheapest verified select/slice chain, or ``None``."""
+    delta = view.offset - base.offset
+    if len(view.size) > len(base.size) or not _known(delta >= 0):
+        return None
+    if any(_known(s < 0) for s in base.stride):  # not a PyTorch geometry
+        return None
+    budget = [_SEARCH_BUDGET]
+    matches = _matchings(base, view, budget)
+    matches.sort(key=lambda m: (_cost(base, view, m), [i for i, _ in m]))
+    for match in matches:
+        terms = _terms(base, view, match)
+        if terms is None:
+            continue
+        coeffs = _solve(terms, delta, budget)
+        if coeffs is not None:
+            chain = _build_chain(base, view, match, coeffs)
+            if _reproduces(chain, base, view):
+                return chain
+        if budget[0] < 0:
+            return None
+    return None
+
+
+def infer_view(
+    base_size: Sequence[IntLike],
+    base_stride: Sequence[IntLike],
+    base_offset: IntLike,
+    size: Sequence[IntLike],
+    stride: Sequence[IntLike],
+    offset: IntLike,
+) -> ViewChain:
+    """Infers the cheapest chain of view ops regenerating a view geometry from a base geometry.
+
+    Tries, in order: alias (identical geometry), the select/slice chain with the fewest steps,
+    and finally a single ``AsStrided`` step. Every decision on symbolic values is taken with
+    ``statically_known_true`` (no guard is installed); anything undecidable falls back to
+    ``AsStrided``. The returned chain reproduces size, stride and offset exactly.
+
+    Args:
+        base_size: Sizes of the base.
+        base_stride: Strides of the base, in elements.
+        base_offset: Storage offset of the base, in elements.
+        size: Sizes of the view.
+        stride: Strides of the view, in elements.
+        offset: Storage offset of the view, in elements (absolute, same storage as the base).
+
+    Returns:
+        The chain; ``ViewChain(())`` for an alias.
+
+    Raises:
+        ValueError: If a size and its stride sequence have different lengths.
+    """
+    base = _Geom(tuple(base_size), tuple(base_stride), base_offset)
+    view = _Geom(tuple(size), tuple(stride), offset)
+    if len(base.size) != len(base.stride) or len(view.size) != len(view.stride):
+        raise ValueError(f"size/stride rank mismatch: base {base[:2]}, view {view[:2]}")
+    if _same_geometry(base, view):
+        return ViewChain(())
+    chain = None
+    if not any(_known(n == 0) for n in view.size):
+        try:
+            chain = _search(base, view)
+        except Exception:  # exotic symbolic expressions: never fail, fall back instead
+            chain = None
+    return chain if chain is not None else ViewChain((AsStrided(view.size, view.stride, offset),))
+
+
+def infer_view_of(base: torch.Tensor, view: torch.Tensor) -> ViewChain:
+    """``infer_view`` on two tensors; ``view`` must share ``base``'s storage.
+
+    Args:
+        base: The base tensor (real or fake).
+        view: A tensor aliasing ``base``'s storage.
+
+    Returns:
+        The chain regenerating ``view`` from ``base``.
+    """
+    return infer_view(
+        base.size(), base.stride(), base.storage_offset(),
+        view.size(), view.stride(), view.storage_offset(),
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Wire format (HOP kwargs): nested tuples of str / int / SymInt
+# --------------------------------------------------------------------------------------------
+
+
+def encode_chain(chain: ViewChain) -> tuple:
+    """Encodes a chain as nested tuples of str / int / SymInt (FX-printable, pytree-proxyable).
+
+    Args:
+        chain: The chain to encode.
+
+    Returns:
+        E.g. ``(("select", 0, 3), ("slice", 1, 2, 5, 1), ("as_strided", (2,), (1,), 4))``;
+        ``()`` for an alias.
+    """
+    wire = []
+    for step in chain.steps:
+        if isinstance(step, Select):
+            wire.append(("select", step.dim, step.index))
+        elif isinstance(step, Slice):
+            wire.append(("slice", step.dim, step.start, step.stop, step.step))
+        else:
+            wire.append(("as_strided", tuple(step.size), tuple(step.stride), step.storage_offset))
+    return tuple(wire)
+
+
+def decode_chain(wire: Sequence) -> ViewChain:
+    """Decodes the output of ``encode_chain`` (exact inverse).
+
+    Args:
+        wire: Nested tuples (lists are accepted too, e.g. after a pytree round trip).
+
+    Returns:
+        The decoded chain.
+
+    Raises:
+        ValueError: On an unknown step tag or a malformed entry.
+    """
+    steps: list[Step] = []
+    for entry in wire:
+        tag, *args = entry
+        if tag == "select" and len(args) == 2:
+            steps.append(Select(*args))
+        elif tag == "slice" and len(args) == 4:
+            steps.append(Slice(*args))
+        elif tag == "as_strided" and len(args) == 3:
+            steps.append(AsStrided(tuple(args[0]), tuple(args[1]), args[2]))
+        else:
+            raise ValueError(f"malformed view-chain step: {entry!r}")
+    return ViewChain(tuple(steps))

@@ -1,0 +1,347 @@
+"""Tests for autofunc.views: view-chain inference, rendering, wire format."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autofunc.views import (
+    AsStrided,
+    Select,
+    Slice,
+    ViewChain,
+    decode_chain,
+    encode_chain,
+    infer_view,
+    infer_view_of,
+)
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _root(n: int) -> torch.Tensor:
+    """A flat storage whose values are their own storage indices."""
+    return torch.arange(n, dtype=torch.int64)
+
+
+def _geom(t: torch.Tensor) -> tuple:
+    return tuple(t.size()), tuple(t.stride()), t.storage_offset()
+
+
+def _assert_same_view(regen: torch.Tensor, view: torch.Tensor) -> None:
+    assert _geom(regen) == _geom(view)
+    assert regen.untyped_storage().data_ptr() == view.untyped_storage().data_ptr()
+    assert torch.equal(regen, view)  # values are storage indices: same elements, same order
+
+
+def _check(base: torch.Tensor, view: torch.Tensor) -> ViewChain:
+    chain = infer_view_of(base, view)
+    _assert_same_view(chain.apply(base), view)
+    assert chain.geometry(*_geom(base)) == _geom(view)
+    assert decode_chain(encode_chain(chain)) == chain
+    return chain
+
+
+# --------------------------------------------------------------------------------------------
+# Hand-picked table
+# --------------------------------------------------------------------------------------------
+
+
+def _contig(*shape: int):
+    return lambda: (lambda r: (r, r.view(*shape)))(_root(math.prod(shape)))
+
+
+def _offset_base():
+    root = _root(60)
+    return root, root.view(6, 10)[1:5, 2:7]
+
+
+CASES = {
+    "x[3]": (_contig(5, 12), lambda x: x[3], (Select(0, 3),)),
+    "kv[layer, 0]": (
+        _contig(3, 2, 4, 2, 2, 4),
+        lambda kv: kv[1, 0],
+        (Select(0, 1), Select(0, 0)),
+    ),
+    "x[1, :, 2:5]": (_contig(4, 6, 8), lambda x: x[1, :, 2:5], (Select(0, 1), Slice(1, 2, 5))),
+    "x[:, 0]": (_contig(4, 6), lambda x: x[:, 0], (Select(1, 0),)),
+    "x[..., 3]": (_contig(2, 3, 4), lambda x: x[..., 3], (Select(2, 3),)),
+    "x[::2]": (_contig(8, 3), lambda x: x[::2], (Slice(0, 0, 8, 2),)),
+    "x[1:7:3]": (_contig(8, 3), lambda x: x[1:7:3], (Slice(0, 1, 7, 3),)),
+    "x[:, 1:6:2]": (_contig(3, 7), lambda x: x[:, 1:6:2], (Slice(1, 1, 7, 2),)),
+    "alias": (_contig(4, 6), lambda x: x, ()),
+    "x.t()": (_contig(4, 6), lambda x: x.t(), (AsStrided((6, 4), (1, 6), 0),)),
+    "x.diagonal()": (_contig(5, 5), lambda x: x.diagonal(), (AsStrided((5,), (6,), 0),)),
+    "x[0].unsqueeze(0)": (_contig(4, 6), lambda x: x[0].unsqueeze(0), (Slice(0, 0, 1),)),
+    "x[2:2]": (_contig(5, 12), lambda x: x[2:2], (AsStrided((0, 12), (12, 1), 24),)),
+    "transposed base [2]": (
+        lambda: (lambda r: (r, r.view(4, 6).t()))(_root(24)),
+        lambda b: b[2],
+        (Select(0, 2),),
+    ),
+    "transposed base [:, 1:3]": (
+        lambda: (lambda r: (r, r.view(4, 6).t()))(_root(24)),
+        lambda b: b[:, 1:3],
+        (Slice(1, 1, 3),),
+    ),
+    "sliced base [1:3, ::2]": (
+        _offset_base,
+        lambda b: b[1:3, ::2],
+        (Slice(0, 1, 3), Slice(1, 0, 5, 2)),
+    ),
+    "expanded base [1]": (
+        lambda: (lambda r: (r, r.view(1, 4).expand(3, 4)))(_root(4)),
+        lambda b: b[1],
+        (Select(0, 0),),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_table(name: str) -> None:
+    make, view_fn, expected = CASES[name]
+    root, base = make()
+    chain = _check(base, view_fn(base))
+    assert chain == ViewChain(expected)
+    assert chain.uses_as_strided == any(isinstance(s, AsStrided) for s in expected)
+    assert chain.is_alias == (expected == ())
+
+    # Writing through the regenerated view touches exactly the same storage elements.
+    root_a, base_a = make()
+    root_b, base_b = make()
+    view_fn(base_a).fill_(-1)
+    chain.apply(base_b).fill_(-1)
+    assert torch.equal(root_a, root_b)
+    assert (root_a == -1).any() or view_fn(base).numel() == 0
+
+
+def test_view_before_base_falls_back() -> None:
+    root = _root(24).view(4, 6)
+    base, view = root[1:], root[0]
+    chain = _check(base, view)
+    assert chain == ViewChain((AsStrided((6,), (1,), 0),))
+
+
+def test_unreachable_geometry_falls_back() -> None:
+    # Stride not a multiple of any base stride, index out of bounds, rank growth, expand.
+    assert infer_view((4, 6), (6, 1), 0, (4,), (5,), 0).uses_as_strided
+    assert infer_view((4, 6), (6, 1), 0, (6,), (1,), 24).uses_as_strided
+    assert infer_view((4,), (1,), 0, (1, 4), (4, 1), 0).uses_as_strided
+    assert infer_view((4,), (1,), 0, (3, 4), (0, 1), 0).uses_as_strided
+    assert infer_view((4, 6), (6, 1), 0, (2, 6), (0, 1), 0).uses_as_strided
+
+
+def test_size_one_dim_strides_are_exact() -> None:
+    # A stride on a size-1 view dim is reproduced by a slice step, or else by as_strided.
+    assert infer_view((1, 6), (6, 1), 0, (1, 6), (12, 1), 0) == ViewChain((Slice(0, 0, 1, 2),))
+    assert infer_view((4, 6), (6, 1), 0, (1, 6), (999, 1), 0).uses_as_strided
+    assert infer_view((4, 6), (6, 1), 0, (4, 1), (6, 1), 2) == ViewChain((Slice(1, 2, 3),))
+
+
+def test_negative_strides_fall_back() -> None:
+    assert infer_view((4,), (-1,), 3, (2,), (-1,), 2).uses_as_strided
+
+
+def test_prefers_fewest_steps() -> None:
+    # A size-1 view dim matches base dim 0 (with a step) or 1; both regenerate it exactly.
+    chain = infer_view((4, 4), (4, 1), 0, (1, 4), (8, 1), 4)
+    assert chain == ViewChain((Slice(0, 1, 3, 2),))
+    assert chain.geometry((4, 4), (4, 1), 0) == ((1, 4), (8, 1), 4)
+
+
+def test_rank_mismatch_raises() -> None:
+    with pytest.raises(ValueError):
+        infer_view((4, 6), (6,), 0, (4,), (6,), 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering, geometry, wire format
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "steps, text",
+    [
+        ((), "alias"),
+        ((Select(0, 3),), "[3]"),
+        ((Select(0, 3), Select(0, 0)), "[3, 0]"),
+        ((Select(0, 1), Slice(1, 2, 5)), "[1, :, 2:5]"),
+        ((Select(1, 0),), "[:, 0]"),
+        ((Slice(0, 0, 8, 2),), "[:8:2]"),
+        ((Slice(0, 1, 7, 3),), "[1:7:3]"),
+        ((AsStrided((2, 3), (1, 4), 5),), "as_strided((2, 3), (1, 4), 5)"),
+        ((Slice(0, 2, 6), Slice(0, 0, 4, 2)), "[2:6] -> [:4:2]"),
+        ((Select(0, 1), AsStrided((2,), (1,), 4)), "[1] -> as_strided((2,), (1,), 4)"),
+    ],
+)
+def test_str(steps: tuple, text: str) -> None:
+    assert str(ViewChain(steps)) == text
+
+
+def test_geometry_matches_aten_normalization() -> None:
+    assert ViewChain((Select(0, -1),)).geometry((4, 5), (5, 1), 0) == ((5,), (1,), 15)
+    assert ViewChain((Slice(0, 2, 100),)).geometry((4, 5), (5, 1), 3) == ((2, 5), (5, 1), 13)
+    assert ViewChain((Slice(1, -3, 5, 2),)).geometry((4, 5), (5, 1), 0) == ((4, 2), (5, 2), 2)
+    x = torch.empty(4, 5)
+    assert ViewChain((Slice(1, -3, 5, 2),)).apply(x).stride() == (5, 2)
+
+
+def test_alias_apply_returns_base() -> None:
+    x = torch.zeros(3)
+    assert ViewChain().apply(x) is x
+
+
+def test_wire_round_trip() -> None:
+    chains = [
+        ViewChain(),
+        ViewChain((Select(0, 3), Slice(1, 2, 5, 1))),
+        ViewChain((Slice(0, 0, 8, 2),)),
+        ViewChain((AsStrided((2, 3), (1, 4), 5),)),
+        ViewChain((Select(1, 0), AsStrided([2], [1], 0))),
+    ]
+    for chain in chains:
+        wire = encode_chain(chain)
+        assert isinstance(wire, tuple) and all(isinstance(step, tuple) for step in wire)
+        leaves = torch.utils._pytree.tree_leaves(wire)
+        assert all(type(leaf) in (str, int) for leaf in leaves)
+        assert decode_chain(wire) == chain
+    assert encode_chain(chains[1]) == (("select", 0, 3), ("slice", 1, 2, 5, 1))
+    listed = [["select", 0, 3], ["as_strided", [2], [1], 0]]
+    assert decode_chain(listed) == ViewChain((Select(0, 3), AsStrided((2,), (1,), 0)))
+    with pytest.raises(ValueError):
+        decode_chain((("transpose", 0, 1),))
+
+
+# --------------------------------------------------------------------------------------------
+# SymInt smoke test (unbacked symbols: no Dynamo import needed)
+# --------------------------------------------------------------------------------------------
+
+
+def test_symint_no_guards() -> None:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv, statically_known_true
+
+    env = ShapeEnv()
+    u0, u1 = env.create_unbacked_symint(), env.create_unbacked_symint()
+    torch._check(u0 >= 0)
+    torch._check(u0 < 3)
+    torch._check(u1 >= 2)
+    guards = len(env.guards)
+
+    chain = infer_view((3, 2, 4), (8, 4, 1), 0, (4,), (1,), 8 * u0)  # kv[u0, 0]
+    assert [type(s) for s in chain.steps] == [Select, Select]
+    assert statically_known_true(chain.steps[0].index == u0)
+    assert chain.steps[1] == Select(0, 0)
+    assert str(chain) == "[u0, 0]"
+
+    chain = infer_view((u1, 4), (4, 1), 0, (u1,), (4,), 1)  # x[:, 1]
+    assert chain == ViewChain((Select(1, 1),))
+
+    chain = infer_view((4, u1), (u1, 1), 0, (u1,), (1,), 2 * u1)  # x[2]
+    assert chain == ViewChain((Select(0, 2),))
+
+    chain = infer_view((u1, 4), (4, 1), 0, (u1,), (1,), 4 * u0)  # not provably in bounds
+    assert chain.uses_as_strided
+
+    chain = infer_view((u1, 4), (4, 1), 0, (4, u1), (1, 4), 0)  # transpose
+    assert chain.uses_as_strided
+    assert len(env.guards) == guards
+
+
+def test_backed_symint_example_guided_no_guards() -> None:
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    env = ShapeEnv()
+
+    def sym(value: int, name: str) -> torch.SymInt:
+        source = ConstantSource(name)
+        expr = env.create_symbol(value, source=source, dynamic_dim=DimDynamic.DYNAMIC)
+        return env.create_symintnode(expr, hint=value, source=source)
+
+    s0, s1 = sym(5, "s0"), sym(7, "s1")
+    guards = len(env.guards)
+    # x[1, :, 2] on a contiguous (s0, s1, 3) base: (3*s1 + 2) // (3*s1) does not simplify, so
+    # the coefficients come from the example values and are then proven symbolically.
+    chain = infer_view((s0, s1, 3), (3 * s1, 3, 1), 0, (s1,), (3,), 3 * s1 + 2)
+    assert chain == ViewChain((Select(0, 1), Select(1, 2)))
+    # x[2, :, 2] is not provably in bounds (s0 >= 2 only): fall back rather than guard.
+    chain = infer_view((s0, s1, 3), (3 * s1, 3, 1), 0, (s1,), (3,), 6 * s1 + 2)
+    assert chain.uses_as_strided
+    assert len(env.guards) == guards
+
+
+# --------------------------------------------------------------------------------------------
+# Property tests
+# --------------------------------------------------------------------------------------------
+
+
+@st.composite
+def _bases(draw):
+    """A base over an index-valued storage: maybe offset, strided, permuted or expanded."""
+    ndim = draw(st.integers(1, 4))
+    sizes = draw(st.lists(st.integers(1, 5), min_size=ndim, max_size=ndim))
+    steps = draw(st.lists(st.integers(1, 2), min_size=ndim, max_size=ndim))
+    starts = draw(st.lists(st.integers(0, 1), min_size=ndim, max_size=ndim))
+    parent = [a + (n - 1) * k + 1 for n, k, a in zip(sizes, steps, starts)]
+    offset = draw(st.integers(0, 3))
+    root = _root(offset + math.prod(parent))
+    base = root[offset:].view(parent)
+    base = base[tuple(slice(a, None, k) for a, k in zip(starts, steps))]
+    base = base[tuple(slice(0, n) for n in sizes)]
+    base = base.permute(draw(st.permutations(range(ndim))))
+    if draw(st.booleans()) and 1 in base.shape:
+        dim = base.shape.index(1)
+        base = base.expand(*[3 if d == dim else -1 for d in range(base.dim())])
+    return base
+
+
+def _random_op(data, t: torch.Tensor, weird: bool) -> torch.Tensor | None:
+    kinds = ["select", "slice"] + (["transpose", "diagonal", "unsqueeze"] if weird else [])
+    kind = data.draw(st.sampled_from(kinds))
+    if t.dim() == 0:
+        return None
+    dim = data.draw(st.integers(0, t.dim() - 1))
+    n = t.shape[dim]
+    if kind == "select":
+        return t.select(dim, data.draw(st.integers(0, n - 1))) if n else None
+    if kind == "slice" and n:
+        start = data.draw(st.integers(0, n - 1))
+        stop = data.draw(st.integers(start + 1, n))
+        step = data.draw(st.integers(1, 3))
+        return t[(slice(None),) * dim + (slice(start, stop, step),)]
+    if kind == "unsqueeze":
+        return t.unsqueeze(dim)
+    other = data.draw(st.integers(0, t.dim() - 1))
+    if kind == "transpose":
+        return t.transpose(dim, other)
+    return t.diagonal(0, dim, other) if other != dim else None
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(base=_bases(), data=st.data())
+def test_property_select_slice_chains(base: torch.Tensor, data) -> None:
+    view = base
+    for _ in range(data.draw(st.integers(0, 4))):
+        nxt = _random_op(data, view, weird=False)
+        view = view if nxt is None else nxt
+    chain = _check(base, view)
+    if view.numel() > 0:
+        assert not chain.uses_as_strided, (str(chain), _geom(base), _geom(view))
+    assert chain.is_alias == (_geom(view) == _geom(base))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(base=_bases(), data=st.data())
+def test_property_any_view_is_exact(base: torch.Tensor, data) -> None:
+    view = base
+    for _ in range(data.draw(st.integers(1, 4))):
+        nxt = _random_op(data, view, weird=True)
+        view = view if nxt is None else nxt
+    chain = _check(base, view)
+    assert len(chain.steps) <= base.dim() or chain.uses_as_strided
