@@ -9,6 +9,7 @@ Public API:
 """
 
 from .errors import AutofuncError, UnsupportedOpError
+from .explain import explain
 from .hops.v1 import auto_functionalized_v1
 from .hops.v2 import auto_functionalized_v2
 from .passes.reinplace import reinplace
@@ -24,6 +25,7 @@ __all__ = [
     "functionalize",
     "Registration",
     "reinplace",
+    "explain",
     "Report",
     "CallReport",
     "Decision",

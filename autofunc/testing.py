@@ -30,13 +30,19 @@ class CapturedGraphs:
 
 
 def compile_capture(
-    fn: Callable, *, reinplace_pass: bool = True, dynamic: bool | None = False, fullgraph=True
+    fn: Callable,
+    *,
+    reinplace_pass: bool = True,
+    dynamic: bool | None = False,
+    fullgraph: bool = True,
+    before_pass: Callable[[fx.GraphModule], None] | None = None,
 ) -> tuple[Callable, CapturedGraphs]:
     """``torch.compile(fn)`` through AOTAutograd with a recording compiler and no Inductor.
 
     Input mutations are kept in the graph (as Inductor does), so epilogue ``copy_`` nodes
     appear. With ``reinplace_pass`` the pass runs on each forward graph, and the rewritten graph
-    is what executes: the pass is tested on real data without compiling C++.
+    is what executes: the pass is tested on real data without compiling C++. ``before_pass``
+    may transform the graph first (e.g. to mimic what an Inductor pass would do to it).
     """
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
@@ -45,6 +51,9 @@ def compile_capture(
 
     def fw(gm: fx.GraphModule, example_inputs: Any) -> Any:
         captured.functional.append(format_graph(gm))
+        if before_pass is not None:
+            before_pass(gm)
+            gm.recompile()
         if reinplace_pass:
             captured.report.extend(reinplace(gm))
             captured.reinplaced.append(format_graph(gm))

@@ -1,0 +1,187 @@
+"""Side-by-side comparison with PyTorch's built-in auto-functionalization.
+
+For every corpus program and every configuration (eager, built-in v1, built-in v2, autofunc v1,
+autofunc v2) compiled with Inductor: is the result right (outputs and final input values), how
+many clones are left, and how many bytes the compiled call allocates. Each configuration runs in
+a worker subprocess, so a configuration that crashes the process (the built-in v1 can) is
+recorded as a crash for that program and the sweep goes on.
+
+    python -m autofunc.bench.compare [--programs a,b] [--configs ...] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import torch
+
+from . import corpus
+from .measure import measure_memory
+
+__all__ = ["CONFIGS", "Row", "run_program", "compare", "format_table"]
+
+# name -> (autofunc strategy or None for PyTorch's handling, inductor's enable_auto_functionalized_v2)
+CONFIGS = {
+    "eager": (None, None),
+    "builtin_v1": (None, False),
+    "builtin_v2": (None, True),
+    "autofunc_v1": ("v1", True),
+    "autofunc_v2": ("v2", True),
+}
+
+
+@dataclasses.dataclass
+class Row:
+    program: str
+    config: str
+    correct: bool | None = None
+    error: str = ""
+    clones: int | None = None
+    allocated: int | None = None
+    peak: int | None = None
+
+
+def _clone_inputs(inputs: tuple) -> list:
+    return [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+
+
+def run_program(name: str, config: str) -> Row:
+    """Compile and check one program under one configuration, in this process."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    from torch._dynamo.utils import counters
+
+    from ..inductor import last_reports
+    from ..testing import same_result
+
+    program = corpus.PROGRAMS[name]
+    strategy, auto_v2 = CONFIGS[config]
+    row = Row(name, config)
+    regs = corpus.register_all(strategy)
+    torch._dynamo.reset()
+    counters.clear()
+    last_reports(clear=True)
+    try:
+        with inductor_config.patch(
+            enable_auto_functionalized_v2=bool(auto_v2), fx_graph_cache=False
+        ), functorch_config.patch(enable_autograd_cache=False):
+            fn = program.fn if config == "eager" else torch.compile(program.fn, backend="inductor")
+            inputs = program.inputs()
+            expected_inputs = _clone_inputs(inputs)
+            expected = program.fn(*expected_inputs)
+            got = fn(*inputs)
+            row.correct = same_result(got, expected) and same_result(list(inputs), expected_inputs)
+            fresh = program.inputs()
+            mem = measure_memory(lambda: fn(*fresh))
+            row.allocated, row.peak = mem.allocated, mem.peak
+        if strategy is not None:
+            row.clones = sum(r.num_clones for r in last_reports(clear=True))
+        elif config != "eager":
+            row.clones = int(counters["inductor"].get("possibly_missed_reinplacing_opportunities", 0))
+        else:
+            row.clones = 0
+    except Exception as e:  # a compile error is a result to report, not a crash of the sweep
+        row.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    finally:
+        for r in regs:
+            r.remove()
+        torch._dynamo.reset()
+    return row
+
+
+def _worker(config: str, programs: list[str]) -> None:
+    for name in programs:
+        print(json.dumps({"start": name}), flush=True)
+        print(json.dumps(dataclasses.asdict(run_program(name, config))), flush=True)
+
+
+def _run_config(config: str, programs: list[str]) -> list[Row]:
+    """Run ``programs`` under ``config`` in worker subprocesses, restarting after a crash."""
+    rows: list[Row] = []
+    todo = list(programs)
+    while todo:
+        cmd = [sys.executable, "-m", "autofunc.bench.compare", "--worker", config,
+               "--programs", ",".join(todo)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+        in_flight = None
+        for line in proc.stdout.splitlines():
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "start" in msg:
+                in_flight = msg["start"]
+            else:
+                rows.append(Row(**msg))
+                todo.remove(msg["program"])
+                in_flight = None
+        if in_flight is not None:  # the worker died inside this program
+            rows.append(Row(in_flight, config, correct=False, error=f"crash (exit {proc.returncode})"))
+            todo.remove(in_flight)
+        elif proc.returncode != 0 and todo:
+            raise RuntimeError(f"compare worker failed before any program:\n{proc.stderr[-2000:]}")
+    return rows
+
+
+def compare(programs: list[str] | None = None, configs: list[str] | None = None, progress=print) -> list[Row]:
+    programs = programs or list(corpus.PROGRAMS)
+    rows = []
+    for config in configs or list(CONFIGS):
+        progress(f"[compare] {config}: {len(programs)} programs ...")
+        rows.extend(_run_config(config, programs))
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    configs = list(dict.fromkeys(r.config for r in rows))
+    by = {(r.program, r.config): r for r in rows}
+    eager = {r.program: r.allocated for r in rows if r.config == "eager"}
+
+    def cell(r: Row | None) -> str:
+        if r is None:
+            return "-"
+        if r.error:
+            return "CRASH" if r.error.startswith("crash") else "ERROR"
+        extra = "" if r.allocated is None or r.program not in eager else f"+{max(0, r.allocated - eager[r.program])}B"
+        mark = "ok" if r.correct else "WRONG"
+        return f"{mark} c={r.clones} {extra}"
+
+    header = ["program", *configs]
+    body = [[p, *(cell(by.get((p, c))) for c in configs)] for p in dict.fromkeys(r.program for r in rows)]
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    fmt = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+    lines = [fmt(header), fmt(["-" * w for w in widths]), *map(fmt, body)]
+    lines.append("cells: correctness, clones left (built-in: Inductor's missed-reinplacing count), "
+                 "bytes allocated beyond eager")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--programs", default="")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--json", default="")
+    ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    programs = [p for p in args.programs.split(",") if p] or list(corpus.PROGRAMS)
+    if args.worker:
+        _worker(args.worker, programs)
+        return 0
+    rows = compare(programs, args.configs.split(","))
+    print(format_table(rows))
+    if args.json:
+        from .env import environment
+
+        with open(args.json, "w") as f:
+            json.dump({"env": environment(), "rows": [dataclasses.asdict(r) for r in rows]}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

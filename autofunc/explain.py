@@ -1,0 +1,101 @@
+"""``explain()``: compile a function and report, per mutable buffer, whether it was written in
+place or cloned, why, and how many bytes that cost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterable
+
+import torch
+
+from . import registry
+from .inductor import install_pass, last_reports
+from .passes.report import Report
+
+__all__ = ["explain"]
+
+
+def explain(
+    fn: Callable,
+    *args: Any,
+    strategy: str | None = None,
+    backend: str = "inductor",
+    ops: Iterable[Any] = (),
+    dynamic: bool | None = False,
+    **kwargs: Any,
+) -> Report:
+    """Compile ``fn`` (a fresh compile, caches bypassed), run it once on ``args`` and return the
+    re-inplace reports of all its graphs, merged into one printable :class:`Report`.
+
+    Args:
+        fn: the function (or module) to compile.
+        *args, **kwargs: its inputs. Mutated inputs are mutated, as by ``fn`` itself.
+        strategy: ``"v1"``/``"v2"`` to use that strategy for the duration of the call: for
+            ``ops`` if given, else for every op already registered. ``None`` keeps the
+            registrations as they are.
+        backend: ``"inductor"`` (the pass runs as Inductor's post-grad pass) or ``"aot_eager"``
+            (the pass runs on AOTAutograd's graphs, no code generation).
+        ops: ops to register for the duration of the call.
+        dynamic: passed to ``torch.compile``.
+    """
+    with _strategy_override(strategy, ops):
+        torch._dynamo.reset()
+        try:
+            if backend == "inductor":
+                report = _explain_inductor(fn, args, kwargs, dynamic)
+            elif backend == "aot_eager":
+                report = _explain_aot(fn, args, kwargs, dynamic)
+            else:
+                raise ValueError(f"explain: backend must be 'inductor' or 'aot_eager', got {backend!r}")
+        finally:
+            torch._dynamo.reset()
+    report.graph = getattr(fn, "__qualname__", type(fn).__name__)
+    return report
+
+
+def _explain_inductor(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None) -> Report:
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    install_pass()
+    last_reports(clear=True)
+    with inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False), functorch_config.patch(
+        enable_autograd_cache=False
+    ):
+        torch.compile(fn, backend="inductor", dynamic=dynamic)(*args, **kwargs)
+    report = Report()
+    for r in last_reports(clear=True):
+        report.extend(r)
+    return report
+
+
+def _explain_aot(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None) -> Report:
+    from .testing import compile_capture
+
+    compiled, captured = compile_capture(fn, dynamic=dynamic, fullgraph=False)
+    compiled(*args, **kwargs)
+    return captured.report
+
+
+@contextlib.contextmanager
+def _strategy_override(strategy: str | None, ops: Iterable[Any]):
+    ops = list(ops)
+    if strategy is None and not ops:
+        yield
+        return
+    targets = ops or [name for name in list(registry._strategy)]
+    previous = {name: registry._strategy.get(name) for name in _names(targets)}
+    regs = [registry.register(op, strategy=strategy or "v2") for op in targets]
+    try:
+        yield
+    finally:
+        for r in regs:
+            r.remove()
+        for name, old in previous.items():
+            if old is not None:
+                registry.register(name, strategy=old)
+
+
+def _names(ops: list[Any]) -> list[str]:
+    return [i.qualname for op in ops for i in map(registry.op_info, registry._overloads(op))]
