@@ -1,8 +1,14 @@
-import pytest
-import torch
+import os
 
-import autofunc
-from autofunc.bench import corpus
+# Triton kernels run on CPU under the interpreter; this must be set before torch (whose
+# Inductor imports triton) is imported. An explicit TRITON_INTERPRET=0 (on a GPU) is kept.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import autofunc  # noqa: E402,F401
+from autofunc.bench import corpus  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,9 @@ from torch.fx.experimental.proxy_tensor import (
     track_tensor_tree,
 )
 
-from torch.fx.experimental.symbolic_shapes import guard_or_false
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from ..regions import tensors_may_overlap
 from ..schema import OpInfo
 
 __all__ = [
@@ -89,7 +90,7 @@ def clone_exact(t: torch.Tensor) -> torch.Tensor:
 def _known_true(cond: Any) -> bool:
     if isinstance(cond, bool):
         return cond
-    return guard_or_false(cond)
+    return statically_known_true(cond)
 
 
 def get_base(t: torch.Tensor) -> torch.Tensor:
@@ -109,17 +110,10 @@ def get_base(t: torch.Tensor) -> torch.Tensor:
 
 def may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors of one functional program may share memory (conservative)."""
-    if get_base(a) is not get_base(b):
+    base = get_base(a)
+    if base is not get_base(b):
         return False
-    lo_a, hi_a = _extent(a)
-    lo_b, hi_b = _extent(b)
-    return not (_known_true(hi_a <= lo_b) or _known_true(hi_b <= lo_a))
-
-
-def _extent(t: torch.Tensor) -> tuple[Any, Any]:
-    lo = t.storage_offset()
-    span = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
-    return lo, lo + span + 1
+    return tensors_may_overlap(a, b, base)
 
 
 def op_outputs(info: OpInfo, out: Any) -> tuple:

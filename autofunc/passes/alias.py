@@ -23,12 +23,11 @@ from typing import Any, Iterable
 
 import torch
 import torch.fx as fx
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .. import views
+from ..regions import Region, overlaps, region_of, same_geometry
 
-__all__ = ["Region", "AliasAnalysis", "VIEW_OPS", "overlaps"]
+__all__ = ["AliasAnalysis", "VIEW_OPS"]
 
 # Ops whose output aliases their first input and which read nothing themselves.
 VIEW_OPS = frozenset(
@@ -59,88 +58,6 @@ VIEW_OPS = frozenset(
 
 # In-place ops that only write their first argument (the epilogue of a functional graph).
 _OVERWRITE_OPS = frozenset({torch.ops.aten.copy_.default})
-
-
-def _known(cond: Any) -> bool:
-    return cond if isinstance(cond, bool) else statically_known_true(cond)
-
-
-@dataclasses.dataclass(frozen=True)
-class Region:
-    """A part of a version's memory, in elements.
-
-    ``lo``/``hi`` bound it ([lo, hi)); ``box`` (when known) gives, per dim of the version's root
-    geometry ``root``, the (start, stop, step) of the indices it covers, which lets two
-    interleaved views (``qkv.split`` halves, ``kv[l]`` vs ``kv[l+1]`` rows) be proven disjoint.
-    """
-
-    lo: Any
-    hi: Any
-    root: tuple | None = None
-    box: tuple | None = None
-
-
-def _all_known_eq(xs: tuple, ys: tuple) -> bool:
-    return len(xs) == len(ys) and all(_known(x == y) for x, y in zip(xs, ys))
-
-
-def _same_root(a: tuple, b: tuple) -> bool:
-    return _all_known_eq(a[0], b[0]) and _all_known_eq(a[1], b[1]) and _known(a[2] == b[2])
-
-
-def _progressions_disjoint(a: tuple, b: tuple) -> bool:
-    (a0, a1, sa), (b0, b1, sb) = a, b
-    if _known(a1 <= b0) or _known(b1 <= a0) or _known(a1 <= a0) or _known(b1 <= b0):
-        return True
-    ints = all(isinstance(x, int) for x in (sa, sb, a0, b0))
-    if ints and sa == sb and sa > 1:
-        return a0 % sa != b0 % sb
-    return False
-
-
-def overlaps(a: Region, b: Region) -> bool:
-    """Whether two regions of one memory class may share an element (conservative)."""
-    if _known(a.hi <= b.lo) or _known(b.hi <= a.lo):
-        return False
-    if a.box is not None and b.box is not None and _same_root(a.root, b.root):
-        return not any(_progressions_disjoint(x, y) for x, y in zip(a.box, b.box))
-    return True
-
-
-def _region(val: torch.Tensor, root_val: torch.Tensor) -> Region:
-    size, stride, off = tuple(val.shape), tuple(val.stride()), val.storage_offset()
-    if any(_known(s == 0) for s in size):
-        return Region(off, off)
-    hi = off + 1 + sum((s - 1) * abs(st) for s, st in zip(size, stride))
-    root = (tuple(root_val.shape), tuple(root_val.stride()), root_val.storage_offset())
-    if not _dense_root(root_val):
-        return Region(off, hi)
-    chain = views.infer_view(*root, size, stride, off)
-    if chain.uses_as_strided:
-        return Region(off, hi)
-    box = [(0, n, 1) for n in root[0]]
-    dims = list(range(len(box)))  # current dim -> root dim
-    for step in chain.steps:
-        d = dims[step.dim]
-        start, _, stp = box[d]
-        if isinstance(step, views.Select):
-            box[d] = (start + step.index * stp, start + step.index * stp + 1, 1)
-            dims.pop(step.dim)
-        else:
-            box[d] = (start + step.start * stp, start + step.stop * stp, stp * step.step)
-    return Region(off, hi, root=root, box=tuple(box))
-
-
-def _dense_root(val: torch.Tensor) -> bool:
-    """Distinct indices of the root address distinct elements (no stride-0 / overlap)."""
-    return all(_known(st != 0) or _known(s <= 1) for s, st in zip(val.shape, val.stride()))
-
-
-def _same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return _same_root(
-        (tuple(a.shape), tuple(a.stride()), a.storage_offset()),
-        (tuple(b.shape), tuple(b.stride()), b.storage_offset()),
-    )
 
 
 @dataclasses.dataclass
@@ -174,6 +91,13 @@ class AliasAnalysis:
         for i, node in enumerate(graph.nodes):
             self.position[node] = i
             self._record_version(node)
+        # version -> [(position, source node)] of copies that overwrite the whole version: a read
+        # after one of them reads the source's value (a graph's epilogue copy-back).
+        self._overwrites: dict[Any, list[tuple[int, fx.Node]]] = {}
+        for node in graph.find_nodes(op="call_function", target=torch.ops.aten.copy_.default):
+            dst, src = node.args[0], node.args[1]
+            if dst in self.version and src in self.version and self._is_whole(dst):
+                self._overwrites.setdefault(self.version[dst], []).append((self.position[node], src))
         for node in graph.nodes:
             for arg in self._read_args(node):
                 self._record_read(node, arg)
@@ -200,21 +124,33 @@ class AliasAnalysis:
             args = args[1:]  # copy_(dst, src) writes dst whole and reads only src
         return [a for a in args if a in self.version]
 
+    def _is_whole(self, node: fx.Node) -> bool:
+        return same_geometry(node.meta["val"], self.root[self.version[node]].meta["val"])
+
     def _record_read(self, node: fx.Node, arg: fx.Node) -> None:
         key = self.version[arg]
-        self.reads[key].append(_Read(self.position[node], node, self.region(arg)))
+        pos = self.position[node]
+        region = self.region(arg)
+        copies = [(p, src) for p, src in self._overwrites.get(key, ()) if p < pos]
+        if copies:
+            src = max(copies, key=lambda c: c[0])[1]
+            root, src_root = self.root[key], self.root[self.version[src]]
+            if not same_geometry(root.meta["val"], src_root.meta["val"]):
+                region = Region.everything()
+            key = self.version[src]
+        self.reads[key].append(_Read(pos, node, region))
 
     # -- queries --------------------------------------------------------------------------
 
     def region(self, node: fx.Node) -> Region:
         """The region of its version that ``node`` covers."""
         root = self.root[self.version[node]]
-        return _region(node.meta["val"], root.meta["val"])
+        return region_of(node.meta["val"], root.meta["val"])
 
     def region_of_val(self, node: fx.Node, val: torch.Tensor) -> Region:
         """The region ``val`` (a view of ``node``'s value) covers in ``node``'s version."""
         root = self.root[self.version[node]]
-        return _region(val, root.meta["val"])
+        return region_of(val, root.meta["val"])
 
     def memory_class(self, key: Any) -> Any:
         while self._parent[key] is not key:
@@ -226,6 +162,17 @@ class AliasAnalysis:
         if a not in self.version or b not in self.version:
             return False
         return self.memory_class(self.version[a]) is self.memory_class(self.version[b])
+
+    def may_overlap(
+        self, a: fx.Node, a_regions: list[Region], b: fx.Node, b_regions: list[Region]
+    ) -> bool:
+        """Whether regions of two nodes' values may share memory, across versions too."""
+        if not self.same_memory(a, b):
+            return False
+        va, vb = self.version[a], self.version[b]
+        if va is not vb and (va in self._coarse or vb in self._coarse):
+            return True
+        return any(overlaps(x, y) for x in a_regions for y in b_regions)
 
     def track(self, new: fx.Node, like: fx.Node) -> None:
         """Give a node inserted by the pass the version and position of ``like``."""
@@ -239,7 +186,7 @@ class AliasAnalysis:
         if a is b:
             return
         base_root = self.root[self.version[base]].meta["val"]
-        if not _same_geometry(base.meta["val"], base_root):
+        if not same_geometry(base.meta["val"], base_root):
             self._coarse.update(self._members[b])
         if len(self._members[a]) < len(self._members[b]):
             a, b = b, a

@@ -23,7 +23,8 @@ from .. import views
 from ..hops.v1 import auto_functionalized_v1, mutable_slots
 from ..hops.v2 import _rebase, auto_functionalized_v2, decode_views
 from ..schema import ArgKind, OpInfo, op_info, resolve
-from .alias import AliasAnalysis, Region, overlaps
+from .alias import AliasAnalysis
+from ..regions import Region
 from .report import CallReport, Decision, Reason, Report
 
 __all__ = ["reinplace", "HOP_STRATEGY"]
@@ -138,6 +139,7 @@ def _values(chain: views.ViewChain) -> views.ViewChain:
 
 def _decide(
     node: fx.Node,
+    info: OpInfo,
     buf: _Buffer,
     bufs: list[_Buffer],
     analysis: AliasAnalysis,
@@ -152,14 +154,14 @@ def _decide(
         return Reason.CONSTANT, ""
     if buf.node not in analysis.version:
         return Reason.NO_VALUE, buf.node.name
-    for other in bufs:
-        if other is not buf and analysis.same_memory(other.node, buf.node):
-            return Reason.SAME_BUFFER_TWICE, f"with {other.node.name}"
     written = _written(analysis, buf)
-    for arg in _other_tensor_args(node, bufs):
-        if analysis.same_memory(arg, buf.node) and any(
-            overlaps(analysis.region(arg), w) for w in written
+    for other in bufs:
+        if other is not buf and analysis.may_overlap(
+            other.node, _written(analysis, other), buf.node, written
         ):
+            return Reason.SAME_BUFFER_TWICE, f"with {other.node.name}"
+    for arg in _other_tensor_args(node, info):
+        if analysis.may_overlap(arg, [analysis.region(arg)], buf.node, written):
             return Reason.READ_BY_CALL, arg.name
     root = analysis.root[analysis.version[buf.node]]
     if root.op == "placeholder":
@@ -174,9 +176,12 @@ def _decide(
     return Reason.INPLACE, ""
 
 
-def _other_tensor_args(node: fx.Node, bufs: list[_Buffer]) -> list[fx.Node]:
-    mine = {b.node for b in bufs}
-    return [a for a in node.all_input_nodes if a not in mine]
+def _other_tensor_args(node: fx.Node, info: OpInfo) -> list[fx.Node]:
+    """The tensors the call reads besides its buffers (a buffer node may appear here too: that
+    is exactly the aliasing this check exists for)."""
+    skip = {"_bases", "_views"} | (set() if node.target is auto_functionalized_v2 else set(info.mutable_names))
+    args = {k: v for k, v in node.kwargs.items() if k not in skip}
+    return [a for a in pytree.tree_leaves(args) if isinstance(a, fx.Node)]
 
 
 def _epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
@@ -231,7 +236,7 @@ def _rewrite_call(
     outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
     with graph.inserting_before(node):
         for buf in bufs:
-            reason, detail = _decide(node, buf, bufs, analysis, epilogue, finals, enable)
+            reason, detail = _decide(node, info, buf, bufs, analysis, epilogue, finals, enable)
             val = buf.node.meta["val"] if "val" in buf.node.meta else None
             nbytes = _nbytes(val)
             decisions.append(

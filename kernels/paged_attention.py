@@ -1,0 +1,331 @@
+"""Paged decode attention: one query token per sequence attends over its paged KV cache.
+
+Shapes:
+    out, query              [num_seqs, num_q_heads, head_dim]; ``out`` is written in place
+    key_cache, value_cache  [num_blocks, block_size, num_kv_heads, head_dim] (read only; in practice
+                            views ``kv_cache[layer, 0]`` / ``kv_cache[layer, 1]``)
+    block_tables            [num_seqs, max_blocks_per_seq] int32: logical -> physical block
+    seq_lens                [num_seqs] int32: tokens of context per sequence
+
+Semantics, as plain Python (GQA: ``num_q_heads`` is a multiple of ``num_kv_heads``)::
+
+    for s in range(num_seqs):
+        n = seq_lens[s]; pos = range(n)
+        k = key_cache[block_tables[s, pos // block_size], pos % block_size]   # [n, kv_heads, d]
+        v = value_cache[...same indices...]
+        for h in range(num_q_heads):
+            kv_h = h // (num_q_heads // num_kv_heads)
+            p = softmax(scale * k[:, kv_h] @ query[s, h])                     # fp32
+            out[s, h] = (p @ v[:, kv_h]).to(out.dtype)
+
+A sequence with ``seq_lens[s] == 0`` gets zeros. Requires ``seq_lens[s] <= max_blocks_per_seq *
+block_size`` and valid block ids (not checked: it would need a device sync).
+
+Provenance: online-softmax loop over cache blocks follows ``kernel_paged_attention_2d`` in vLLM
+https://github.com/vllm-project/vllm/blob/ecb91d2bca57a30d00bd1baac4a108a07b2bdc63/vllm/attention/ops/chunked_prefill_paged_decode.py
+Changes:
+    - one program per (sequence, query head) with ``tl.sum`` dot products (decode: one query row,
+      no ``tl.dot`` minimum tile of 16), instead of one per (sequence, kv head) with ``tl.dot``;
+    - flash layout ``[num_blocks, block_size, num_kv_heads, head_dim]``; every stride is an int64
+      argument (query/out head and dim strides, block table stride, cache dim stride);
+    - K/V loads are masked past ``seq_len``, so stale or NaN cache slots cannot leak in;
+    - ``seq_len == 0`` yields zeros instead of 0/0; no ALiBi, sliding window, fp8 or prefill.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._triton import require_triton, tl, triton, use_triton
+
+__all__ = ["paged_decode_attention", "paged_decode_attention_op", "paged_decode_attention_ref"]
+
+
+def paged_decode_attention_ref(
+    out: torch.Tensor,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> None:
+    """PyTorch reference: writes the attention output into ``out`` in place (see module)."""
+    block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
+    group = query.shape[1] // num_kv_heads
+    for s, seq_len in enumerate(seq_lens.tolist()):
+        if seq_len == 0:
+            out[s] = 0
+            continue
+        pos = torch.arange(seq_len, device=query.device)
+        blocks = block_tables[s, pos // block_size].long()
+        # [seq_len, num_q_heads, head_dim]: gather, then repeat each kv head for its query group.
+        k = key_cache[blocks, pos % block_size].float().repeat_interleave(group, dim=1)
+        v = value_cache[blocks, pos % block_size].float().repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,thd->ht", query[s].float(), k) * scale
+        out[s] = torch.einsum("ht,thd->hd", scores.softmax(dim=-1), v).to(out.dtype)
+
+
+@triton.jit
+def _paged_decode_attention_kernel(
+    # pointers
+    out_ptr,  # [num_seqs, num_q_heads, head_dim]
+    query_ptr,  # [num_seqs, num_q_heads, head_dim]
+    key_cache_ptr,  # [num_blocks, BLOCK_SIZE, num_kv_heads, head_dim]
+    value_cache_ptr,  # [num_blocks, BLOCK_SIZE, num_kv_heads, head_dim]
+    block_tables_ptr,  # [num_seqs, max_blocks_per_seq] int32
+    seq_lens_ptr,  # [num_seqs] int32
+    # scalars and sizes
+    scale,  # fp32 softmax scale
+    head_dim,
+    num_queries_per_kv,  # num_q_heads // num_kv_heads
+    # strides
+    stride_out_seq: tl.int64,
+    stride_out_head: tl.int64,
+    stride_out_dim: tl.int64,
+    stride_query_seq: tl.int64,
+    stride_query_head: tl.int64,
+    stride_query_dim: tl.int64,
+    stride_key_cache_block: tl.int64,
+    stride_key_cache_offset: tl.int64,
+    stride_key_cache_head: tl.int64,
+    stride_key_cache_dim: tl.int64,
+    stride_value_cache_block: tl.int64,
+    stride_value_cache_offset: tl.int64,
+    stride_value_cache_head: tl.int64,
+    stride_value_cache_dim: tl.int64,
+    stride_block_tables_seq: tl.int64,
+    stride_block_tables_block: tl.int64,
+    stride_seq_lens_seq: tl.int64,
+    # meta-parameters
+    BLOCK_SIZE: tl.constexpr,  # cache block size: one KV block per loop iteration
+    HEAD_DIM_PAD: tl.constexpr,  # next power of 2 >= head_dim
+):
+    # --- program id -> (sequence, query head, kv head) ------------------------------------------
+    seq = tl.program_id(0)
+    q_head = tl.program_id(1)
+    kv_head = q_head // num_queries_per_kv
+    seq_len = tl.load(seq_lens_ptr + seq * stride_seq_lens_seq)
+
+    # --- load the query row in fp32, pre-multiplied by the softmax scale ------------------------
+    dims = tl.arange(0, HEAD_DIM_PAD)
+    dim_mask = dims < head_dim
+    q_ptrs = query_ptr + seq * stride_query_seq + q_head * stride_query_head
+    q = tl.load(q_ptrs + dims * stride_query_dim, mask=dim_mask, other=0.0).to(tl.float32)
+    q = q * scale
+
+    # --- online softmax over the sequence's cache blocks (running max m, sum l, acc) ------------
+    m_i = tl.full([1], float("-inf"), tl.float32)
+    l_i = tl.zeros([1], tl.float32)
+    acc = tl.zeros([HEAD_DIM_PAD], tl.float32)
+    offsets = tl.arange(0, BLOCK_SIZE)
+    k_base = key_cache_ptr + kv_head * stride_key_cache_head
+    v_base = value_cache_ptr + kv_head * stride_value_cache_head
+    table_ptr = block_tables_ptr + seq * stride_block_tables_seq
+    for logical in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+        physical = tl.load(table_ptr + logical * stride_block_tables_block).to(tl.int64)
+        token_mask = logical * BLOCK_SIZE + offsets < seq_len
+        tile_mask = token_mask[:, None] & dim_mask[None, :]
+
+        # [BLOCK_SIZE, HEAD_DIM_PAD] key tile -> [BLOCK_SIZE] scores, -inf past seq_len
+        k_ptrs = k_base + physical * stride_key_cache_block
+        k_ptrs += offsets[:, None] * stride_key_cache_offset + dims[None, :] * stride_key_cache_dim
+        k = tl.load(k_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
+        scores = tl.sum(k * q[None, :], axis=1)
+        scores = tl.where(token_mask, scores, float("-inf"))
+
+        # rescale what was accumulated so far to the new running max
+        m_new = tl.maximum(m_i, tl.max(scores, axis=0))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(scores - m_new)
+
+        v_ptrs = v_base + physical * stride_value_cache_block
+        v_ptrs += offsets[:, None] * stride_value_cache_offset
+        v_ptrs += dims[None, :] * stride_value_cache_dim
+        v = tl.load(v_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
+        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+        l_i = l_i * alpha + tl.sum(p, axis=0)
+        m_i = m_new
+
+    # --- normalise (an empty sequence has l == 0: store zeros) and store in out's dtype ---------
+    result = tl.where(l_i > 0.0, acc / tl.maximum(l_i, 1e-30), 0.0)
+    o_ptrs = out_ptr + seq * stride_out_seq + q_head * stride_out_head + dims * stride_out_dim
+    tl.store(o_ptrs, result.to(out_ptr.dtype.element_ty), mask=dim_mask)
+
+
+# Heuristics instead of autotuning: decode is memory bound and the tile is fixed by the cache
+# layout (BLOCK_SIZE rows of HEAD_DIM_PAD), so the only knob left is warps. A 16x128 tile is
+# 2048 elements: 4 warps hold it in registers; larger tiles get 8. Autotuning would key on
+# seq_lens, which changes every step, and re-benchmark constantly.
+def _launch_config(block_size: int, head_dim: int) -> dict[str, int]:
+    head_dim_pad = triton.next_power_of_2(head_dim)
+    num_warps = 4 if block_size * head_dim_pad <= 2048 else 8
+    return {"BLOCK_SIZE": block_size, "HEAD_DIM_PAD": head_dim_pad, "num_warps": num_warps}
+
+
+def _check_args(
+    out: torch.Tensor,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+) -> None:
+    """Raise ValueError/TypeError naming the offending argument, its shape and dtype."""
+    named = {"out": out, "query": query, "key_cache": key_cache, "value_cache": value_cache,
+             "block_tables": block_tables, "seq_lens": seq_lens}
+    ndims = {"out": 3, "query": 3, "key_cache": 4, "value_cache": 4, "block_tables": 2,
+             "seq_lens": 1}
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"paged_decode_attention: {name} must be a torch.Tensor, got {type(t)}")
+        if t.dim() != ndims[name]:
+            raise ValueError(
+                f"paged_decode_attention: {name} must be {ndims[name]}-D, got shape "
+                f"{tuple(t.shape)}"
+            )
+    if out.shape != query.shape:
+        raise ValueError(
+            f"paged_decode_attention: out {tuple(out.shape)} must have query's shape "
+            f"{tuple(query.shape)}"
+        )
+    if key_cache.shape != value_cache.shape:
+        raise ValueError(
+            f"paged_decode_attention: key_cache {tuple(key_cache.shape)} and value_cache "
+            f"{tuple(value_cache.shape)} must have the same shape"
+        )
+    num_seqs, num_q_heads, head_dim = query.shape
+    num_kv_heads = key_cache.shape[2]
+    if key_cache.shape[3] != head_dim:
+        raise ValueError(
+            f"paged_decode_attention: head_dim of query {tuple(query.shape)} does not match "
+            f"key_cache [num_blocks, block_size, num_kv_heads, head_dim] {tuple(key_cache.shape)}"
+        )
+    if num_kv_heads == 0 or num_q_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"paged_decode_attention: num_q_heads={num_q_heads} (query {tuple(query.shape)}) must "
+            f"be a multiple of num_kv_heads={num_kv_heads} (key_cache {tuple(key_cache.shape)})"
+        )
+    if block_tables.shape[0] != num_seqs or seq_lens.shape[0] != num_seqs:
+        raise ValueError(
+            f"paged_decode_attention: block_tables {tuple(block_tables.shape)} and seq_lens "
+            f"{tuple(seq_lens.shape)} must have num_seqs={num_seqs} rows (query "
+            f"{tuple(query.shape)})"
+        )
+    block_size = key_cache.shape[1]
+    if block_size & (block_size - 1) or block_size == 0:
+        raise ValueError(
+            f"paged_decode_attention: block_size must be a power of 2, got {block_size} "
+            f"(key_cache {tuple(key_cache.shape)})"
+        )
+    for name in ("block_tables", "seq_lens"):
+        if named[name].dtype != torch.int32:
+            raise TypeError(
+                f"paged_decode_attention: {name} must be int32, got {named[name].dtype}"
+            )
+    for name in ("out", "query", "key_cache", "value_cache"):
+        if not named[name].is_floating_point():
+            raise TypeError(
+                f"paged_decode_attention: {name} must be floating point, got {named[name].dtype}"
+            )
+    if key_cache.dtype != value_cache.dtype:
+        raise TypeError(
+            f"paged_decode_attention: key_cache {key_cache.dtype} and value_cache "
+            f"{value_cache.dtype} must have the same dtype"
+        )
+    devices = {name: t.device for name, t in named.items()}
+    if len(set(devices.values())) != 1:
+        raise ValueError(
+            f"paged_decode_attention: all tensors must be on one device, got {devices}"
+        )
+
+
+def paged_decode_attention(
+    out: torch.Tensor,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> None:
+    """Launch :func:`_paged_decode_attention_kernel`; writes ``out`` in place.
+
+    Args:
+        out: ``[num_seqs, num_q_heads, head_dim]``, written (any strides).
+        query: ``[num_seqs, num_q_heads, head_dim]``, any strides.
+        key_cache, value_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``, any strides;
+            ``block_size`` must be a power of 2.
+        block_tables: ``[num_seqs, max_blocks_per_seq]`` int32.
+        seq_lens: ``[num_seqs]`` int32.
+        scale: softmax scale, usually ``head_dim ** -0.5``.
+
+    Raises:
+        TypeError: non-tensor arguments or wrong dtypes (int32 tables, float activations).
+        ValueError: mismatched shapes (head_dim, GQA ratio, num_seqs), non-power-of-2 block size.
+        RuntimeError: Triton is not installed.
+    """
+    require_triton("paged_decode_attention")
+    _check_args(out, query, key_cache, value_cache, block_tables, seq_lens)
+    num_seqs, num_q_heads, head_dim = query.shape
+    _paged_decode_attention_kernel[(num_seqs, num_q_heads)](
+        out_ptr=out,
+        query_ptr=query,
+        key_cache_ptr=key_cache,
+        value_cache_ptr=value_cache,
+        block_tables_ptr=block_tables,
+        seq_lens_ptr=seq_lens,
+        scale=float(scale),
+        head_dim=head_dim,
+        num_queries_per_kv=num_q_heads // key_cache.shape[2],
+        stride_out_seq=out.stride(0),
+        stride_out_head=out.stride(1),
+        stride_out_dim=out.stride(2),
+        stride_query_seq=query.stride(0),
+        stride_query_head=query.stride(1),
+        stride_query_dim=query.stride(2),
+        stride_key_cache_block=key_cache.stride(0),
+        stride_key_cache_offset=key_cache.stride(1),
+        stride_key_cache_head=key_cache.stride(2),
+        stride_key_cache_dim=key_cache.stride(3),
+        stride_value_cache_block=value_cache.stride(0),
+        stride_value_cache_offset=value_cache.stride(1),
+        stride_value_cache_head=value_cache.stride(2),
+        stride_value_cache_dim=value_cache.stride(3),
+        stride_block_tables_seq=block_tables.stride(0),
+        stride_block_tables_block=block_tables.stride(1),
+        stride_seq_lens_seq=seq_lens.stride(0),
+        **_launch_config(key_cache.shape[1], head_dim),
+    )
+
+
+@torch.library.custom_op("autofunc_kernels::paged_decode_attention", mutates_args=("out",))
+def paged_decode_attention_op(
+    out: torch.Tensor,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> None:
+    """Custom op: the Triton launcher on CUDA when Triton is installed, else the reference."""
+    if use_triton(query):
+        paged_decode_attention(out, query, key_cache, value_cache, block_tables, seq_lens, scale)
+    else:
+        paged_decode_attention_ref(
+            out, query, key_cache, value_cache, block_tables, seq_lens, scale
+        )
+
+
+@paged_decode_attention_op.register_fake
+def _paged_decode_attention_fake(
+    out: torch.Tensor,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+) -> None:
+    return None

@@ -1,0 +1,263 @@
+"""Scatter this step's keys and values into a paged KV cache (vLLM ``reshape_and_cache``).
+
+Shapes:
+    key, value              [num_tokens, num_heads, head_dim]
+    key_cache, value_cache  [num_blocks, block_size, num_heads, head_dim]; in practice the
+                            non-contiguous views ``kv_cache[layer, 0]`` / ``kv_cache[layer, 1]`` of
+                            one ``[num_layers, 2, num_blocks, block_size, num_heads, head_dim]``
+    slot_mapping            [num_tokens] int64, ``slot = block * block_size + offset``
+
+Semantics, as plain Python::
+
+    for t, slot in enumerate(slot_mapping):
+        if slot < 0:                      # padding token (e.g. CUDA-graph padding): skipped
+            continue
+        key_cache[slot // block_size, slot % block_size] = key[t]
+        value_cache[slot // block_size, slot % block_size] = value[t]
+
+Slots must be ``< num_blocks * block_size`` and distinct; the launcher does not check this (it
+would need a device sync). Nothing outside the addressed cache rows is written.
+
+Provenance: layout and padding rule follow vLLM ``triton_reshape_and_cache_flash.py`` @
+https://github.com/vllm-project/vllm/blob/3c482f952d9f1484a0ed12ccf772725972ad659d/vllm/attention/ops/triton_reshape_and_cache_flash.py
+Changes:
+    - every stride (token/head/dim, block/offset/head/dim) is a kernel argument, so heads need
+      not be contiguous and key/value may be views with different strides;
+    - a 2-D [heads, head_dim] tile per program instead of a flat tile over num_heads * head_dim;
+    - no fp8 path (no k_scale/v_scale, no kv_cache_dtype string);
+    - inputs are validated with ValueError/TypeError instead of ``assert``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._triton import require_triton, tl, triton, use_triton
+
+__all__ = ["reshape_and_cache", "reshape_and_cache_op", "reshape_and_cache_ref"]
+
+
+def reshape_and_cache_ref(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """PyTorch reference: writes ``key``/``value`` rows into the caches in place (see module)."""
+    block_size = key_cache.shape[1]
+    valid = slot_mapping >= 0
+    slots = slot_mapping[valid].long()
+    blocks, offsets = slots // block_size, slots % block_size
+    # Advanced-index assignment is index_put_ on the view: it writes through to the base tensor.
+    key_cache[blocks, offsets] = key[valid].to(key_cache.dtype)
+    value_cache[blocks, offsets] = value[valid].to(value_cache.dtype)
+
+
+@triton.jit
+def _reshape_and_cache_kernel(
+    # pointers
+    key_ptr,  # [num_tokens, num_heads, head_dim]
+    value_ptr,  # [num_tokens, num_heads, head_dim]
+    key_cache_ptr,  # [num_blocks, block_size, num_heads, head_dim]
+    value_cache_ptr,  # [num_blocks, block_size, num_heads, head_dim]
+    slot_mapping_ptr,  # [num_tokens] int64
+    # sizes
+    num_heads,
+    head_dim,
+    block_size,
+    # strides
+    stride_key_token: tl.int64,
+    stride_key_head: tl.int64,
+    stride_key_dim: tl.int64,
+    stride_value_token: tl.int64,
+    stride_value_head: tl.int64,
+    stride_value_dim: tl.int64,
+    stride_key_cache_block: tl.int64,
+    stride_key_cache_offset: tl.int64,
+    stride_key_cache_head: tl.int64,
+    stride_key_cache_dim: tl.int64,
+    stride_value_cache_block: tl.int64,
+    stride_value_cache_offset: tl.int64,
+    stride_value_cache_head: tl.int64,
+    stride_value_cache_dim: tl.int64,
+    stride_slot_mapping_token: tl.int64,
+    # meta-parameters
+    HEAD_BLOCK: tl.constexpr,  # heads per program
+    HEAD_DIM_PAD: tl.constexpr,  # next power of 2 >= head_dim
+):
+    # --- program id -> (token, head group); padding tokens leave the cache alone ---------------
+    token = tl.program_id(0)
+    head_group = tl.program_id(1)
+    slot = tl.load(slot_mapping_ptr + token * stride_slot_mapping_token).to(tl.int64)
+    if slot < 0:
+        return
+    block = slot // block_size
+    offset = slot % block_size
+
+    # --- [HEAD_BLOCK, HEAD_DIM_PAD] tile of (head, dim) indices ---------------------------------
+    heads = head_group * HEAD_BLOCK + tl.arange(0, HEAD_BLOCK)
+    dims = tl.arange(0, HEAD_DIM_PAD)
+    mask = (heads[:, None] < num_heads) & (dims[None, :] < head_dim)
+
+    # --- copy key row -> key_cache[block, offset] -----------------------------------------------
+    src = key_ptr + token * stride_key_token
+    src += heads[:, None] * stride_key_head + dims[None, :] * stride_key_dim
+    dst = key_cache_ptr + block * stride_key_cache_block + offset * stride_key_cache_offset
+    dst += heads[:, None] * stride_key_cache_head + dims[None, :] * stride_key_cache_dim
+    tile = tl.load(src, mask=mask)
+    tl.store(dst, tile.to(key_cache_ptr.dtype.element_ty), mask=mask)
+
+    # --- copy value row -> value_cache[block, offset] -------------------------------------------
+    src = value_ptr + token * stride_value_token
+    src += heads[:, None] * stride_value_head + dims[None, :] * stride_value_dim
+    dst = value_cache_ptr + block * stride_value_cache_block + offset * stride_value_cache_offset
+    dst += heads[:, None] * stride_value_cache_head + dims[None, :] * stride_value_cache_dim
+    tile = tl.load(src, mask=mask)
+    tl.store(dst, tile.to(value_cache_ptr.dtype.element_ty), mask=mask)
+
+
+# Heuristics instead of autotuning: this is a pure copy (memory bound) launched once per layer per
+# step on a few KB, so autotune's first-call benchmarking would cost more than it could save.
+# A tile of at most _MAX_TILE elements keeps registers low; 4 warps suffice for that size.
+_MAX_TILE = 2048
+
+
+def _launch_config(num_heads: int, head_dim: int) -> dict[str, int]:
+    head_dim_pad = triton.next_power_of_2(head_dim)
+    head_block = max(1, min(triton.next_power_of_2(num_heads), _MAX_TILE // head_dim_pad))
+    return {"HEAD_BLOCK": head_block, "HEAD_DIM_PAD": head_dim_pad, "num_warps": 4}
+
+
+def _check_args(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Raise ValueError/TypeError naming the offending argument, its shape, stride and dtype."""
+    args = {"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache}
+    for name, t in {**args, "slot_mapping": slot_mapping}.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"reshape_and_cache: {name} must be a torch.Tensor, got {type(t)}")
+    for name, t, ndim in (("key", key, 3), ("value", value, 3), ("key_cache", key_cache, 4),
+                          ("value_cache", value_cache, 4), ("slot_mapping", slot_mapping, 1)):
+        if t.dim() != ndim:
+            raise ValueError(
+                f"reshape_and_cache: {name} must be {ndim}-D, got shape {tuple(t.shape)}"
+            )
+    if key.shape != value.shape:
+        raise ValueError(
+            f"reshape_and_cache: key {tuple(key.shape)} and value {tuple(value.shape)} must have "
+            f"the same shape [num_tokens, num_heads, head_dim]"
+        )
+    if key_cache.shape != value_cache.shape:
+        raise ValueError(
+            f"reshape_and_cache: key_cache {tuple(key_cache.shape)} and value_cache "
+            f"{tuple(value_cache.shape)} must have the same shape"
+        )
+    if key.shape[1:] != key_cache.shape[2:]:
+        raise ValueError(
+            f"reshape_and_cache: (num_heads, head_dim) of key {tuple(key.shape)} does not match "
+            f"key_cache [num_blocks, block_size, num_heads, head_dim] {tuple(key_cache.shape)}"
+        )
+    if slot_mapping.shape[0] != key.shape[0]:
+        raise ValueError(
+            f"reshape_and_cache: slot_mapping {tuple(slot_mapping.shape)} must have one slot per "
+            f"token of key {tuple(key.shape)}"
+        )
+    if slot_mapping.dtype != torch.int64:
+        raise TypeError(f"reshape_and_cache: slot_mapping must be int64, got {slot_mapping.dtype}")
+    for name, t in args.items():
+        if not t.is_floating_point():
+            raise TypeError(f"reshape_and_cache: {name} must be floating point, got {t.dtype}")
+    if key.dtype != value.dtype or key_cache.dtype != value_cache.dtype:
+        raise TypeError(
+            f"reshape_and_cache: dtypes key={key.dtype} value={value.dtype} must match, and "
+            f"key_cache={key_cache.dtype} value_cache={value_cache.dtype} must match"
+        )
+    devices = {name: t.device for name, t in {**args, "slot_mapping": slot_mapping}.items()}
+    if len(set(devices.values())) != 1:
+        raise ValueError(f"reshape_and_cache: all tensors must be on one device, got {devices}")
+
+
+def reshape_and_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Launch :func:`_reshape_and_cache_kernel`; writes ``key_cache``/``value_cache`` in place.
+
+    Args:
+        key, value: ``[num_tokens, num_heads, head_dim]``, any strides.
+        key_cache, value_cache: ``[num_blocks, block_size, num_heads, head_dim]``, any strides
+            (typically ``kv_cache[layer, 0]`` / ``kv_cache[layer, 1]``).
+        slot_mapping: ``[num_tokens]`` int64; negative slots are padding and skipped.
+
+    Raises:
+        TypeError: a non-tensor argument, non-int64 ``slot_mapping`` or mismatched dtypes.
+        ValueError: mismatched shapes or devices.
+        RuntimeError: Triton is not installed.
+    """
+    require_triton("reshape_and_cache")
+    _check_args(key, value, key_cache, value_cache, slot_mapping)
+    num_tokens, num_heads, head_dim = key.shape
+    config = _launch_config(num_heads, head_dim)
+    grid = (num_tokens, triton.cdiv(num_heads, config["HEAD_BLOCK"]))
+    _reshape_and_cache_kernel[grid](
+        key_ptr=key,
+        value_ptr=value,
+        key_cache_ptr=key_cache,
+        value_cache_ptr=value_cache,
+        slot_mapping_ptr=slot_mapping,
+        num_heads=num_heads,
+        head_dim=head_dim,
+        block_size=key_cache.shape[1],
+        stride_key_token=key.stride(0),
+        stride_key_head=key.stride(1),
+        stride_key_dim=key.stride(2),
+        stride_value_token=value.stride(0),
+        stride_value_head=value.stride(1),
+        stride_value_dim=value.stride(2),
+        stride_key_cache_block=key_cache.stride(0),
+        stride_key_cache_offset=key_cache.stride(1),
+        stride_key_cache_head=key_cache.stride(2),
+        stride_key_cache_dim=key_cache.stride(3),
+        stride_value_cache_block=value_cache.stride(0),
+        stride_value_cache_offset=value_cache.stride(1),
+        stride_value_cache_head=value_cache.stride(2),
+        stride_value_cache_dim=value_cache.stride(3),
+        stride_slot_mapping_token=slot_mapping.stride(0),
+        **config,
+    )
+
+
+@torch.library.custom_op(
+    "autofunc_kernels::reshape_and_cache", mutates_args=("key_cache", "value_cache")
+)
+def reshape_and_cache_op(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Custom op: the Triton launcher on CUDA when Triton is installed, else the reference."""
+    if use_triton(key):
+        reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
+    else:
+        reshape_and_cache_ref(key, value, key_cache, value_cache, slot_mapping)
+
+
+@reshape_and_cache_op.register_fake
+def _reshape_and_cache_fake(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    return None
