@@ -16,7 +16,14 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import views
 
-__all__ = ["Region", "overlaps", "region_of", "same_geometry", "tensors_may_overlap"]
+__all__ = [
+    "Region",
+    "overlaps",
+    "region_of",
+    "region_of_storage",
+    "same_geometry",
+    "tensors_may_overlap",
+]
 
 
 def _known(cond: Any) -> bool:
@@ -105,6 +112,14 @@ def same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
         (tuple(a.shape), tuple(a.stride()), a.storage_offset()),
         (tuple(b.shape), tuple(b.stride()), b.storage_offset()),
     )
+
+
+def region_of_storage(val: torch.Tensor) -> Region:
+    """The storage interval ``val`` spans (no per-dim box: its base is not known)."""
+    size, stride, off = tuple(val.shape), tuple(val.stride()), val.storage_offset()
+    if any(_known(s == 0) for s in size):
+        return Region(off, off)
+    return Region(off, off + 1 + sum((s - 1) * abs(st) for s, st in zip(size, stride)))
 
 
 def tensors_may_overlap(a: torch.Tensor, b: torch.Tensor, root: torch.Tensor) -> bool:

@@ -7,6 +7,7 @@ Owns the table of registered op overloads and their strategies, and the rule ins
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -17,7 +18,7 @@ from torch._ops import OpOverload, OpOverloadPacket
 from torch._subclasses.functional_tensor import FunctionalTensorMode, PythonFunctionalizeAPI
 
 from .errors import AutofuncError
-from .hops.common import may_overlap, normalize_args
+from .hops.common import geometry_known, may_overlap, normalize_args
 from .hops.v1 import functionalize_v1, mutable_slots
 from .hops.v2 import functionalize_v2
 from .schema import op_info, qualname
@@ -35,6 +36,9 @@ _strategy: dict[str, str] = {}
 # process (PyTorch cannot unregister a rule of a ``custom_op``); once an op is removed from
 # ``_strategy`` its rule hands every call back to FunctionalTensorMode's own handling.
 _rule_installed: set[str] = set()
+# qualname -> the Library holding the op's Functionalize-key kernel (C++ functionalization, as
+# in ``make_fx(torch.func.functionalize(f))``); destroyed when the op is removed.
+_kernel_libs: dict[str, torch.library.Library] = {}
 _generation = itertools.count(1)
 # qualname -> the generation of the registration that currently owns it.
 _owner: dict[str, int] = {}
@@ -54,6 +58,9 @@ class Registration:
                 continue  # a later register() call replaced this one; it owns the op now
             _owner.pop(name)
             _strategy.pop(name, None)
+            lib = _kernel_libs.pop(name, None)
+            if lib is not None:
+                lib._destroy()
 
     def __enter__(self) -> "Registration":
         return self
@@ -96,6 +103,8 @@ def register(op: Any, *, strategy: str = "v2") -> Registration:
         if info.qualname not in _rule_installed:
             _install_rule(info.op)
             _rule_installed.add(info.qualname)
+        if info.qualname not in _kernel_libs:
+            _kernel_libs[info.qualname] = _install_functionalize_kernel(info.op)
         log.debug("registered %s with strategy %s", info.qualname, strategy)
     from .inductor import install_pass
 
@@ -134,12 +143,49 @@ def _install_rule(op: OpOverload) -> None:
         ) from e
 
 
+def _install_functionalize_kernel(op: OpOverload) -> torch.library.Library:
+    ns, name = op._schema.name.split("::")
+    lib = torch.library.Library(ns, "FRAGMENT")
+    overload = "" if op._overloadname == "default" else f".{op._overloadname}"
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        return _functionalize_call(_cpp_functionalize_api(), op, args, kwargs)
+
+    lib.impl(f"{name}{overload}", kernel, "Functionalize")
+    return lib
+
+
+def _cpp_functionalize_api() -> Any:
+    """The functionalization API for a call that reached the op's Functionalize kernel."""
+    from torch._C._functorch import TransformType
+    from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
+    from torch._subclasses.functional_tensor import CppFunctionalizeAPI, FunctorchFunctionalizeAPI
+
+    interpreter = retrieve_current_functorch_interpreter()
+    if interpreter is None or interpreter.key() != TransformType.Functionalize:
+        return CppFunctionalizeAPI()
+
+    class _API(FunctorchFunctionalizeAPI):
+        @contextlib.contextmanager
+        def redispatch_to_next(self):
+            # Leave the functorch level *and* the Functionalize key, so the HOP is traced as one
+            # node instead of being functionalized again by its own rule.
+            keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)
+            with self.interpreter.lower(), torch._C._ExcludeDispatchKeyGuard(keys):
+                yield
+
+    return _API(interpreter)
+
+
 def _functional_rule(mode: FunctionalTensorMode, func: OpOverload, types, args, kwargs) -> Any:
-    strategy = _strategy.get(qualname(func))
-    if strategy is None:  # unregistered: PyTorch's default handling
+    if qualname(func) not in _strategy:  # unregistered: PyTorch's default handling
         return mode.__torch_dispatch__(func, types, args, kwargs)
-    ctx = PythonFunctionalizeAPI(mode=mode)
-    if strategy == "v1" and _mutable_args_overlap(func, args, kwargs):
+    return _functionalize_call(PythonFunctionalizeAPI(mode=mode), func, args, kwargs)
+
+
+def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | None) -> Any:
+    strategy = _strategy.get(qualname(func), "v2")
+    if strategy == "v1" and _mutable_args_overlap(func, args, kwargs, geometry_known(ctx)):
         # Note [v1 and aliased args]
         # v1 clones each mutable argument separately. When two of them may share memory (the
         # same tensor twice, or overlapping views of one base) separate clones would break the
@@ -152,9 +198,9 @@ def _functional_rule(mode: FunctionalTensorMode, func: OpOverload, types, args, 
     return functionalize_v2(ctx, func, args, kwargs or {})
 
 
-def _mutable_args_overlap(func: OpOverload, args: tuple, kwargs: dict) -> bool:
+def _mutable_args_overlap(func: OpOverload, args: tuple, kwargs: dict, trust_geometry: bool) -> bool:
     tensors = [t for _, _, t in mutable_slots(op_info(func), normalize_args(func, args, kwargs or {}))]
-    return any(may_overlap(a, b) for a, b in itertools.combinations(tensors, 2))
+    return any(may_overlap(a, b, trust_geometry) for a, b in itertools.combinations(tensors, 2))
 
 
 def _overloads(op: Any) -> Iterable[OpOverload]:
@@ -171,6 +217,11 @@ def _overloads(op: Any) -> Iterable[OpOverload]:
         packet = getattr(getattr(torch.ops, ns, None), name, None) if sep else None
         if packet is None:
             raise AutofuncError(f"autofunc.register: no op named {op!r} (expected 'ns::name[.overload]')")
+        if overload and overload not in packet.overloads() and overload != "default":
+            raise AutofuncError(
+                f"autofunc.register: op {ns}::{name} has no overload {overload!r} "
+                f"(it has {', '.join(packet.overloads())})"
+            )
         return _overloads(getattr(packet, overload) if overload else packet)
     raise AutofuncError(
         f"autofunc.register: expected a CustomOpDef, OpOverload, OpOverloadPacket or 'ns::name', "

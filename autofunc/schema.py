@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import re
 
 import torch
 from torch._ops import OpOverload
@@ -87,8 +88,7 @@ def _check(op: OpOverload) -> OpInfo:
                 arg=arg.name,
                 hint="Pass mutable tensors directly, not inside nested containers",
             )
-        # A list's alias set sits on its elements, so an empty set names the argument itself.
-        key = tuple(sorted(info.before_set)) or (f"<{arg.name}>",)
+        key = tuple(sorted(info.before_set)) or _element_alias_set(str(schema), arg.name)
         if key in write_sets:
             raise UnsupportedOpError(
                 name,
@@ -101,11 +101,18 @@ def _check(op: OpOverload) -> OpInfo:
         mutable.append(MutableArg(arg.name, kind, arg.kwarg_only))
     if not mutable:
         raise UnsupportedOpError(name, "it mutates no argument, so there is nothing to functionalize")
-    for ret in schema.returns:
+    for i, ret in enumerate(schema.returns):
         if ret.alias_info is not None:
+            aliased = sorted(ret.alias_info.before_set)
+            culprit = next(
+                (a.name for a in schema.arguments
+                 if a.alias_info is not None and set(aliased) & set(a.alias_info.before_set)),
+                None,
+            )
             raise UnsupportedOpError(
                 name,
-                f"its output '{ret.type}' aliases an input ({ret.alias_info})",
+                f"output {i} ({ret.type}) aliases it (alias set {', '.join(aliased)})",
+                arg=culprit,
                 hint="Return nothing (the mutation is visible through the argument) or a fresh tensor",
             )
         if not _is_supported_return(ret.type):
@@ -117,6 +124,13 @@ def _check(op: OpOverload) -> OpInfo:
         mutable_args=tuple(mutable),
         num_returns=len(schema.returns),
     )
+
+
+def _element_alias_set(schema: str, name: str) -> tuple[str, ...]:
+    """The alias set of a ``Tensor(a!)[] name`` argument, read off the schema text (the Python
+    binding exposes a list's alias info without the set its elements belong to)."""
+    m = re.search(rf"Tensor\((\w+)!?\)\[\]\?? {re.escape(name)}\b", schema)
+    return (m.group(1),) if m else (f"<{name}>",)
 
 
 def _is_supported_return(t: torch._C.JitType) -> bool:

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -732,6 +733,22 @@ def _root_exception(e: BaseException) -> BaseException:
     return e
 
 
+@contextlib.contextmanager
+def _no_compile_caches():
+    """Turn off the AOTAutograd and FX graph caches: their keys do not include autofunc's
+    registrations, so a program compiled with one strategy would be served to another."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    saved = functorch_config.enable_autograd_cache, inductor_config.fx_graph_cache
+    functorch_config.enable_autograd_cache = False
+    inductor_config.fx_graph_cache = False
+    try:
+        yield
+    finally:
+        functorch_config.enable_autograd_cache, inductor_config.fx_graph_cache = saved
+
+
 def _compile(fn: Callable, path: str) -> tuple[Callable, Any]:
     if path == "aot_eager":
         return torch.compile(fn, backend="aot_eager", fullgraph=True), None
@@ -758,7 +775,13 @@ def _diff(a: Any, b: Any) -> str:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"
-        return f"max |diff| {float((a - b).abs().max()) if a.numel() else 0.0:.4g}\n  eager:    {a.flatten()[:8].tolist()}\n  compiled: {b.flatten()[:8].tolist()}"
+        if a.numel() == 0:
+            return "empty"
+        d = (a - b).abs().nan_to_num(float("inf"))
+        at = tuple(int(i) for i in torch.unravel_index(d.argmax(), a.shape)) if a.dim() else ()
+        n = int((d > 1e-5).sum())
+        return (f"max |diff| {float(d.max()):.4g} at {list(at)} ({n} of {a.numel()} elements differ): "
+                f"eager {float(a[at]):.6g}, compiled {float(b[at]):.6g}")
     return f"{a!r} vs {b!r}"
 
 
@@ -778,6 +801,8 @@ def check(program: FuzzProgram, strategy: str, path: str) -> Failure | None:
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")
     level = fake_log.level
     fake_log.setLevel(logging.CRITICAL)
+    caches = _no_compile_caches()
+    caches.__enter__()
     try:
         torch._dynamo.reset()
         prog, make_inputs = program.build()
@@ -809,6 +834,7 @@ def check(program: FuzzProgram, strategy: str, path: str) -> Failure | None:
                            "\n".join(bad), _graphs(captured))
         return None
     finally:
+        caches.__exit__(None, None, None)
         fake_log.setLevel(level)
         for r in regs:
             r.remove()
@@ -872,6 +898,16 @@ def _drop_param(program: FuzzProgram, k: int) -> FuzzProgram | None:
     )
 
 
+def _plain_inputs(program: FuzzProgram):
+    """Each input in turn replaced by a contiguous tensor of the same shape (no aliasing)."""
+    _, make_inputs = program.build()
+    shapes = [tuple(t.shape) for t in make_inputs()]
+    for k, expr in enumerate(program.inputs):
+        plain = f"torch.randn({_dims(shapes[k]) or ''}, {_F64})" if shapes[k] else f"torch.randn((), {_F64})"
+        if expr != plain:
+            yield dataclasses.replace(program, inputs=program.inputs[:k] + (plain,) + program.inputs[k + 1:])
+
+
 def _candidates(program: FuzzProgram):
     n = len(program.stmts)
     for i in reversed(range(n)):
@@ -886,6 +922,7 @@ def _candidates(program: FuzzProgram):
         c = _drop_param(program, k)
         if c is not None:
             yield c
+    yield from _plain_inputs(program)
 
 
 def shrink(
@@ -1016,7 +1053,7 @@ def repro_source(failure: Failure, triage_result: dict[str, str] | None = None) 
     tri = ""
     if triage_result:
         tri = "Same program elsewhere:\n" + "\n".join(f"  {k}: {v}" for k, v in triage_result.items()) + "\n"
-    detail = failure.detail if failure.kind == "mismatch" else failure.detail.strip().splitlines()[-1:][0] if failure.detail.strip() else ""
+    detail = failure.detail if failure.kind == "mismatch" else ""
     graphs = ""
     if failure.graphs:
         graphs = "\n# " + "\n# ".join(failure.graphs.splitlines()) + "\n"

@@ -22,14 +22,16 @@ from torch.fx.experimental.proxy_tensor import (
 
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from ..regions import tensors_may_overlap
+from ..regions import overlaps, region_of_storage, tensors_may_overlap
 from ..schema import OpInfo
 
 __all__ = [
     "AutofuncHOP",
     "clone_exact",
+    "geometry_known",
     "get_base",
     "may_overlap",
+    "same_storage",
     "normalize_args",
     "op_outputs",
     "unpack_outputs",
@@ -99,8 +101,10 @@ def get_base(t: torch.Tensor) -> torch.Tensor:
     Note [Bases in inference mode]
     Under inference mode tensors do not record their base. FunctionalTensorMode then tracks one
     base per functional storage (``_inference_mode_base``) when it is configured to; when it is
-    not, ``t`` is treated as its own base, which is always sound (the view is cloned and the
-    functional program writes it back) but may cost a copy the pass reports.
+    not (and under ``torch.func.functionalize``), ``t`` is treated as its own base, which is
+    sound (the view is cloned and the functional program writes it back) but may cost a copy
+    the pass reports. When two mutable arguments then share a storage without a known common
+    base, v2 synthesizes one (see ``hops.v2._Bases``).
     """
     base = t._base
     if base is None and torch.is_inference_mode_enabled():
@@ -108,12 +112,36 @@ def get_base(t: torch.Tensor) -> torch.Tensor:
     return t if base is None else base
 
 
-def may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two (functional) tensors view one storage; ``True`` when it cannot be told."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    try:
+        return StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return True
+
+
+def geometry_known(ctx: Any) -> bool:
+    """Whether tensors under ``ctx`` report their real view geometry.
+
+    Under ``torch.func.functionalize`` (the C++ functionalization) a view reports the geometry of
+    its functional copy (offset 0, contiguous), so storage offsets cannot tell views apart.
+    """
+    from torch._subclasses.functional_tensor import PythonFunctionalizeAPI
+
+    return isinstance(ctx, PythonFunctionalizeAPI)
+
+
+def may_overlap(a: torch.Tensor, b: torch.Tensor, trust_geometry: bool = True) -> bool:
     """Whether two tensors of one functional program may share memory (conservative)."""
     base = get_base(a)
-    if base is not get_base(b):
+    if base is get_base(b) and trust_geometry:
+        return tensors_may_overlap(a, b, base)
+    # Different bases, or unknown ones (Note [Bases in inference mode]): only the storage tells.
+    if not same_storage(a, b):
         return False
-    return tensors_may_overlap(a, b, base)
+    return not trust_geometry or overlaps(region_of_storage(a), region_of_storage(b))
 
 
 def op_outputs(info: OpInfo, out: Any) -> tuple:

@@ -8,17 +8,21 @@ Owns the ``autofunc_v2`` HOP, the wire format of its ``_views`` keyword (built o
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import torch
 
-from .. import views
+from .. import regions, views
+from ..errors import AutofuncError
 from ..schema import ArgKind, OpInfo, op_info, resolve
 from .common import (
     AutofuncHOP,
     clone_exact,
+    geometry_known,
     get_base,
     normalize_args,
+    same_storage,
     op_outputs,
     register_rules,
     unpack_outputs,
@@ -115,13 +119,35 @@ def _v2_dense(_op: str, _bases: list, _views: tuple, **kwargs: Any) -> tuple:
 
 
 class _Bases:
-    """The unique bases of one call's mutable tensors, in first-seen order."""
+    """The unique bases of one call's mutable tensors, in first-seen order.
 
-    def __init__(self) -> None:
+    Mutable tensors on one storage whose bases differ or are unknown get one synthesized common
+    base: a flat alias of the whole storage (made under the functionalization ``ctx``), so the
+    op still sees their aliasing and the program writes the storage back through it.
+    """
+
+    def __init__(self, ctx: Any, tensors: list[torch.Tensor]) -> None:
         self.tensors: list[torch.Tensor] = []
+        self._base_of: dict[int, torch.Tensor] = {}
+        groups: list[list[torch.Tensor]] = []
+        for t in tensors:
+            group = next((g for g in groups if same_storage(g[0], t)), None)
+            if group is None:
+                groups.append([t])
+            else:
+                group.append(t)
+        for group in groups:
+            bases = {id(get_base(t)): get_base(t) for t in group}
+            if len(bases) == 1 or not _any_overlap(group, geometry_known(ctx)):
+                for t in group:
+                    self._base_of[id(t)] = get_base(t)
+                continue
+            common = _storage_alias(ctx, group[0])
+            for t in group:
+                self._base_of[id(t)] = common
 
     def view_of(self, t: torch.Tensor) -> tuple:
-        base = get_base(t)
+        base = self._base_of[id(t)]
         for i, b in enumerate(self.tensors):
             if b is base:
                 break
@@ -132,11 +158,33 @@ class _Bases:
         return (i, views.encode_chain(chain))
 
 
+def _any_overlap(group: list[torch.Tensor], trust_geometry: bool) -> bool:
+    """Whether two tensors of one storage may overlap, judged from their storage offsets alone."""
+    if not trust_geometry:
+        return True
+    flat = [regions.region_of_storage(t) for t in group]
+    return any(regions.overlaps(a, b) for a, b in itertools.combinations(flat, 2))
+
+
+def _storage_alias(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+    """A flat view of ``t``'s whole storage, made as a functional view."""
+    mode = getattr(ctx, "mode", None)
+    if mode is None:
+        raise AutofuncError(
+            "autofunc v2: mutable arguments of one call share a storage and may overlap, but their "
+            "common base is unknown here (torch.func.functionalize records no view bases); "
+            "functionalize this program with torch.compile or torch.export instead"
+        )
+    numel = t.untyped_storage().nbytes() // t.element_size()
+    with mode:
+        return t.as_strided((numel,), (1,), 0)
+
+
 def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     """Functionalize one call of ``op`` (under ``ctx``, a functionalization API) with v2."""
     info = op_info(op)
     kw = normalize_args(op, args, kwargs)
-    bases = _Bases()
+    bases = _Bases(ctx, [t for arg in info.mutable_args for t in _tensors(kw[arg.name])])
     wire = []
     for arg in info.mutable_args:
         value = kw.pop(arg.name)
@@ -158,6 +206,12 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     for old, new in zip(bases.tensors, new_bases, strict=True):
         write_back(ctx, old, new)
     return ctx.wrap_tensors(unpack_outputs(info, outs))
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if value is None:
+        return []
+    return [t for t in value if t is not None] if isinstance(value, (list, tuple)) else [value]
 
 
 register_rules(auto_functionalized_v2, _v2_dense)

@@ -1,0 +1,153 @@
+"""What the benchmarks run: the decoder step and each of its four mutable ops alone.
+
+A :class:`Case` turns a :class:`~autofunc.bench.model.ModelConfig` into a :class:`Program`:
+a function, a factory of fresh inputs, and the ops to register with autofunc. The op-alone
+programs take the same paged cache as the model (``[layers, 2, blocks, block_size, heads,
+head_dim]``) and mutate views of it, so their memory scales with the cache size like the model's.
+How the programs are measured lives in ``measure``/``run``, how they are shown in ``report``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from ..kernels import (
+    fused_add_rms_norm_op,
+    paged_decode_attention_op,
+    reshape_and_cache_op,
+    rotary_embedding_op,
+)
+from .model import MUTABLE_OPS, ModelConfig, TinyDecoder, make_inputs
+
+__all__ = ["Case", "Program", "CASES", "build", "example_kv"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    fn: Callable
+    make_args: Callable[[], tuple]  # fresh inputs on every call (the programs mutate them)
+    ops: tuple  # the mutable custom ops the program calls
+    cache_bytes: int  # size of the paged KV cache among the inputs (0: none)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    make: Callable[[ModelConfig, str, torch.dtype], Program]
+    note: str
+
+
+def _model(c: ModelConfig, device: str, dtype: torch.dtype) -> Program:
+    model = TinyDecoder(c, device, dtype)
+    return Program(model, lambda: make_inputs(c, device, dtype).args(), MUTABLE_OPS, c.cache_bytes(dtype))
+
+
+def _layer(c: ModelConfig) -> int:
+    return min(1, c.layers - 1)  # a layer other than the first when there is one
+
+
+def _reshape_and_cache(c: ModelConfig, device: str, dtype: torch.dtype) -> Program:
+    layer = _layer(c)
+
+    def reshape_and_cache(kv_cache, k, v, slots):
+        reshape_and_cache_op(k, v, kv_cache[layer, 0], kv_cache[layer, 1], slots)
+
+    def make_args() -> tuple:
+        i = make_inputs(c, device, dtype)
+        k, v = _randn(c, device, dtype, 2, c.batch, c.kv_heads, c.head_dim)
+        return i.kv_cache, k, v, i.slot_mapping
+
+    return Program(reshape_and_cache, make_args, (reshape_and_cache_op,), c.cache_bytes(dtype))
+
+
+def _paged_decode_attention(c: ModelConfig, device: str, dtype: torch.dtype) -> Program:
+    layer, scale = _layer(c), c.head_dim**-0.5
+
+    def paged_decode_attention(kv_cache, q, block_tables, seq_lens):
+        out = torch.empty_like(q)
+        paged_decode_attention_op(
+            out, q, kv_cache[layer, 0], kv_cache[layer, 1], block_tables, seq_lens, scale
+        )
+        return out
+
+    def make_args() -> tuple:
+        i = make_inputs(c, device, dtype)
+        (q,) = _randn(c, device, dtype, 1, c.batch, c.heads, c.head_dim)
+        return i.kv_cache, q, i.block_tables, i.seq_lens
+
+    return Program(paged_decode_attention, make_args, (paged_decode_attention_op,), c.cache_bytes(dtype))
+
+
+def _rotary_embedding(c: ModelConfig, device: str, dtype: torch.dtype) -> Program:
+    widths = [c.heads * c.head_dim, c.kv_heads * c.head_dim, c.kv_heads * c.head_dim]
+    model = TinyDecoder(dataclasses.replace(c, layers=0), device, dtype)  # for its cos/sin cache
+
+    def rotary_embedding(positions, qkv, cos_sin_cache):
+        q, k, _ = qkv.split(widths, dim=-1)
+        rotary_embedding_op(positions, q, k, cos_sin_cache, c.head_dim, True)
+
+    def make_args() -> tuple:
+        i = make_inputs(c, device, dtype)
+        (qkv,) = _randn(c, device, dtype, 1, c.batch, sum(widths))
+        return i.positions, qkv, model.cos_sin_cache
+
+    return Program(rotary_embedding, make_args, (rotary_embedding_op,), 0)
+
+
+def _fused_add_rms_norm(c: ModelConfig, device: str, dtype: torch.dtype) -> Program:
+    eps = c.eps
+
+    def fused_add_rms_norm(x, residual, weight):
+        fused_add_rms_norm_op(x, residual, weight, eps)
+
+    def make_args() -> tuple:
+        x, residual, weight = _randn(c, device, dtype, 3, c.batch, c.hidden)
+        return x, residual, weight[0]
+
+    return Program(fused_add_rms_norm, make_args, (fused_add_rms_norm_op,), 0)
+
+
+def _randn(c: ModelConfig, device: str, dtype: torch.dtype, n: int, *shape: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(c.seed + 2)
+    return [torch.randn(*shape, generator=gen).to(device, dtype) for _ in range(n)]
+
+
+CASES: dict[str, Case] = {
+    case.name: case
+    for case in (
+        Case("model", _model, "the decode step: 4 mutable calls per layer"),
+        Case("reshape_and_cache", _reshape_and_cache, "writes kv_cache[l, 0] and kv_cache[l, 1]"),
+        Case("paged_decode_attention", _paged_decode_attention, "writes a fresh out; reads the cache"),
+        Case("rotary_embedding", _rotary_embedding, "rotates views q, k of an input qkv"),
+        Case("fused_add_rms_norm", _fused_add_rms_norm, "updates inputs x and residual"),
+    )
+}
+
+
+def build(case: str, config: ModelConfig, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Program:
+    """The program of ``case`` at ``config``.
+
+    Raises:
+        KeyError: unknown case (the message lists the known ones).
+    """
+    if case not in CASES:
+        raise KeyError(f"unknown bench case {case!r}; known: {', '.join(CASES)}")
+    return CASES[case].make(config, device, dtype)
+
+
+def example_kv() -> tuple[Any, tuple]:
+    """``(fn, args)`` of a 2-layer decode step, for ``autofunc explain autofunc.bench.cases:example_kv``.
+
+    Registers the model's four ops with autofunc (v2) if they are not registered yet, so that
+    the compile goes through autofunc's HOPs; ``explain(strategy=...)`` overrides the strategy.
+    """
+    from .. import registry
+
+    for op in MUTABLE_OPS:
+        if registry.registered_strategy(op._opoverload) is None:
+            registry.register(op, strategy="v2")
+    program = build("model", ModelConfig(layers=2))
+    return program.fn, program.make_args()
