@@ -183,7 +183,9 @@ def make_inputs(config: ModelConfig, device: str | torch.device = "cpu",
         raise ValueError(f"make_inputs: {c.batch} sequences need at least {c.batch} cache blocks, got {c}")
     gen = torch.Generator().manual_seed(c.seed + 1)
     hidden = torch.randn(c.batch, c.hidden, generator=gen)
-    kv_cache = torch.randn(c.cache_shape(), generator=gen)
+    # The cache can be GiBs: drawn where it lives (so its values differ between devices).
+    cache_gen = torch.Generator(device).manual_seed(c.seed + 2)
+    kv_cache = torch.randn(c.cache_shape(), generator=cache_gen, device=device, dtype=dtype)
     block_tables = torch.arange(c.batch * c.max_blocks, dtype=torch.int32).view(c.batch, c.max_blocks)
     seq_lens = torch.randint(1, c.max_blocks * c.block_size + 1, (c.batch,), generator=gen, dtype=torch.int32)
     positions = (seq_lens - 1).long()
@@ -192,7 +194,7 @@ def make_inputs(config: ModelConfig, device: str | torch.device = "cpu",
     return Inputs(
         hidden.to(device, dtype),
         positions.to(device),
-        kv_cache.to(device, dtype),
+        kv_cache,
         slot_mapping.to(device),
         block_tables.to(device),
         seq_lens.to(device),

@@ -150,10 +150,11 @@ def _decide(
     """Whether ``buf`` may be written in place (Reason.INPLACE) or why it must be cloned."""
     if not enable:
         return Reason.DISABLED, ""
-    if buf.node.op == "get_attr":
-        return Reason.CONSTANT, ""
     if buf.node not in analysis.version:
         return Reason.NO_VALUE, buf.node.name
+    root = analysis.root[analysis.version[buf.node]]
+    if root.op == "get_attr":
+        return Reason.CONSTANT, root.name
     written = _written(analysis, buf)
     for other in bufs:
         if other is not buf and analysis.may_overlap(
@@ -163,7 +164,6 @@ def _decide(
     for arg in _other_tensor_args(node, info):
         if analysis.may_overlap(arg, [analysis.region(arg)], buf.node, written):
             return Reason.READ_BY_CALL, arg.name
-    root = analysis.root[analysis.version[buf.node]]
     if root.op == "placeholder":
         if buf.node is not root:
             return Reason.VIEW_OF_INPUT, root.name
@@ -258,6 +258,8 @@ def _rewrite_call(
     for index, user in outs.items():
         if index < info.num_returns:
             repl = call if info.num_returns == 1 else _getitem(graph, call, index, user)
+            if user in analysis.version:
+                analysis.track(repl, user)
         else:
             repl = new_bufs[index - info.num_returns]
         user.replace_all_uses_with(repl)
