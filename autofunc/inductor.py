@@ -14,6 +14,11 @@ import torch
 import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
+try:  # torch >= 2.10: the pass is told whether the graph is an inference graph
+    from torch._inductor.custom_graph_pass import CustomInferenceAwareGraphPass as _Base
+except ImportError:  # pragma: no cover
+    _Base = CustomGraphPass
+
 from .passes.reinplace import reinplace
 
 __all__ = ["ReinplacePass", "install_pass", "last_reports"]
@@ -31,27 +36,39 @@ def last_reports(clear: bool = False) -> list:
     return out
 
 
-class ReinplacePass(CustomGraphPass):
+class ReinplacePass(_Base):
     """autofunc's post-grad pass, optionally followed by the pass the user had installed."""
 
     def __init__(self, then: Any = None):
         self.then = then
 
-    def __call__(self, graph: torch.fx.Graph) -> None:
+    def __call__(self, graph: torch.fx.Graph, is_inference: bool | None = None) -> None:
         gm = graph.owning_module
-        report = reinplace(gm, enable=inductor_config_enabled())
+        report = reinplace(
+            gm, enable=inductor_config_enabled(), is_inference=is_inference, for_inductor=True
+        )
         if report.calls:
             _reports.append(report)
             log.debug("%s", report)
-        if self.then is not None:
+        if self.then is None:
+            return
+        if isinstance(self.then, CustomGraphPass) and _Base is not CustomGraphPass and isinstance(
+            self.then, _Base
+        ):
+            self.then(graph, is_inference=bool(is_inference))
+        else:
             self.then(graph)
 
     def uuid(self) -> Any:
-        # The FX graph cache keys on this: it changes whenever the pass's code does.
+        # Inductor's FX graph cache and AOTAutograd's cache key on this. It must change whenever
+        # the pass's code does, and whenever the registrations do: they decide what
+        # functionalization emits for the same Dynamo graph (v1, v2 or PyTorch's own HOP).
+        from .registry import registrations
+
         files = sorted(str(p) for p in Path(__file__).parent.rglob("*.py"))
         own = get_hash_for_files(tuple(files), extra=f"reinplace={inductor_config_enabled()}")
         then = self.then.uuid() if hasattr(self.then, "uuid") else repr(self.then)
-        return (own.hex(), then)
+        return (own.hex(), tuple(sorted(registrations().items())), then)
 
 
 # Set to False to decompose the HOPs without re-inplacing (every buffer is cloned).

@@ -23,7 +23,14 @@ from .hops.v1 import functionalize_v1, mutable_slots
 from .hops.v2 import functionalize_v2
 from .schema import op_info, qualname
 
-__all__ = ["register", "functionalize", "Registration", "registered_strategy", "STRATEGIES"]
+__all__ = [
+    "register",
+    "functionalize",
+    "Registration",
+    "registered_strategy",
+    "registrations",
+    "STRATEGIES",
+]
 
 log = logging.getLogger("autofunc.registry")
 
@@ -67,6 +74,11 @@ class Registration:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def registrations() -> dict[str, str]:
+    """``{op qualname: strategy}`` of every op autofunc currently functionalizes."""
+    return dict(_strategy)
 
 
 def registered_strategy(op: OpOverload | str) -> str | None:

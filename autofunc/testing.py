@@ -49,18 +49,25 @@ def compile_capture(
 
     captured = CapturedGraphs()
 
-    def fw(gm: fx.GraphModule, example_inputs: Any) -> Any:
-        captured.functional.append(format_graph(gm))
-        if before_pass is not None:
-            before_pass(gm)
-            gm.recompile()
-        if reinplace_pass:
-            captured.report.extend(reinplace(gm))
-            captured.reinplaced.append(format_graph(gm))
-        captured.modules.append(gm)
-        return make_boxed_func(gm)
+    def recorder(is_inference: bool) -> Callable:
+        def compile_graph(gm: fx.GraphModule, example_inputs: Any) -> Any:
+            captured.functional.append(format_graph(gm))
+            if before_pass is not None:
+                before_pass(gm)
+                gm.recompile()
+            if reinplace_pass:
+                captured.report.extend(reinplace(gm, is_inference=is_inference))
+                captured.reinplaced.append(format_graph(gm))
+            captured.modules.append(gm)
+            return make_boxed_func(gm)
 
-    backend = aot_autograd(fw_compiler=fw, keep_inference_input_mutations=True)
+        return compile_graph
+
+    backend = aot_autograd(
+        fw_compiler=recorder(False),
+        inference_compiler=recorder(True),
+        keep_inference_input_mutations=True,
+    )
     return torch.compile(fn, backend=backend, dynamic=dynamic, fullgraph=fullgraph), captured
 
 

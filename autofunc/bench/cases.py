@@ -30,7 +30,7 @@ class Program:
     fn: Callable
     make_args: Callable[[], tuple]  # fresh inputs on every call (the programs mutate them)
     ops: tuple  # the mutable custom ops the program calls
-    cache_bytes: int  # size of the paged KV cache among the inputs (0: none)
+    cache_bytes: int  # the point's KV cache size: the x axis, even for a program without one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _rotary_embedding(c: ModelConfig, device: str, dtype: torch.dtype) -> Progra
         (qkv,) = _randn(c, device, dtype, 1, c.batch, sum(widths))
         return i.positions, qkv, model.cos_sin_cache
 
-    return Program(rotary_embedding, make_args, (rotary_embedding_op,), 0)
+    return Program(rotary_embedding, make_args, (rotary_embedding_op,), c.cache_bytes(dtype))
 
 
 def _fused_add_rms_norm(c: ModelConfig, device: str, dtype: torch.dtype) -> Program:
@@ -107,7 +107,7 @@ def _fused_add_rms_norm(c: ModelConfig, device: str, dtype: torch.dtype) -> Prog
         x, residual, weight = _randn(c, device, dtype, 3, c.batch, c.hidden)
         return x, residual, weight[0]
 
-    return Program(fused_add_rms_norm, make_args, (fused_add_rms_norm_op,), 0)
+    return Program(fused_add_rms_norm, make_args, (fused_add_rms_norm_op,), c.cache_bytes(dtype))
 
 
 def _randn(c: ModelConfig, device: str, dtype: torch.dtype, n: int, *shape: int) -> list[torch.Tensor]:
@@ -138,16 +138,10 @@ def build(case: str, config: ModelConfig, device: str = "cpu", dtype: torch.dtyp
     return CASES[case].make(config, device, dtype)
 
 
-def example_kv() -> tuple[Any, tuple]:
-    """``(fn, args)`` of a 2-layer decode step, for ``autofunc explain autofunc.bench.cases:example_kv``.
-
-    Registers the model's four ops with autofunc (v2) if they are not registered yet, so that
-    the compile goes through autofunc's HOPs; ``explain(strategy=...)`` overrides the strategy.
+def example_kv() -> tuple[Any, tuple, tuple]:
+    """``(fn, args, ops)`` of a 2-layer decode step, for
+    ``autofunc explain autofunc.bench.cases:example_kv``: ``explain`` registers ``ops`` (the
+    model's four mutable ops) with the requested strategy (default v2) for that call only.
     """
-    from .. import registry
-
-    for op in MUTABLE_OPS:
-        if registry.registered_strategy(op._opoverload) is None:
-            registry.register(op, strategy="v2")
     program = build("model", ModelConfig(layers=2))
-    return program.fn, program.make_args()
+    return program.fn, program.make_args(), program.ops

@@ -40,6 +40,7 @@ __all__ = [
     "STRATEGIES",
     "Stmt",
     "FuzzProgram",
+    "Features",
     "Failure",
     "EagerError",
     "generate",
@@ -254,12 +255,28 @@ def _shape(shape: Sequence[int]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+@dataclasses.dataclass(frozen=True)
+class Features:
+    """Program features that hit known PyTorch bugs (off by default so that failures point at
+    autofunc; builtin PyTorch handling fails on them too)."""
+
+    # ``b`` a view of ``a``: AOTAutograd's synthetic bases mis-replay views of a mutated input
+    # ("incorrect out shape after application of ViewMeta sequence", wrong values), whatever
+    # the strategy.
+    aliased_inputs: bool = False
+    # ``unfold`` whose windows leave gaps: functionalization's view inverse (unfold_backward)
+    # zeroes the elements no window covers, so a mutation through it zeroes them (native
+    # ``mul_`` too; v1 writes its clone back through the view).
+    gappy_unfold: bool = False
+
+
 class _Gen:
     MAX_NUMEL = 256
 
-    def __init__(self, rng: random.Random, size: int):
+    def __init__(self, rng: random.Random, size: int, features: Features = Features()):
         self.rng = rng
         self.size = size
+        self.features = features
         self.n = itertools.count()
         self.params: list[str] = []
         self.inputs: list[str] = []
@@ -331,7 +348,7 @@ class _Gen:
         rng = self.rng
         count = rng.choice([1, 2, 2])
         for p in ("a", "b")[:count]:
-            if p == "b" and rng.random() < 0.12 and self.env["a"].dim() >= 1:
+            if p == "b" and self.features.aliased_inputs and rng.random() < 0.12 and self.env["a"].dim() >= 1:
                 a = self.env["a"]
                 expr = rng.choice(["a[1:]", "a[0]", f"a.select({a.dim() - 1}, 1)"])
             else:
@@ -476,8 +493,12 @@ class _Gen:
                 f"{name} = {src}.diagonal({off}, {d1}, {d2})"
         elif op == "unfold":
             n = shape[dim]
-            sz = rng.randint(1, n)
-            step = rng.randint(sz, n)  # step >= size: windows do not overlap
+            if self.features.gappy_unfold:
+                sz = rng.randint(1, n)
+                step = rng.randint(sz, n)  # step >= size: windows do not overlap
+            else:  # windows tile the dimension exactly
+                sz = rng.choice([k for k in range(1, n + 1) if n % k == 0])
+                step = sz
             text = f"{name} = {src}.unfold({dim}, {sz}, {step})"
         elif op == "split":
             n = shape[dim]
@@ -667,20 +688,21 @@ class _Gen:
         return self._program(returns)
 
 
-def generate(rng: random.Random, size: int) -> FuzzProgram:
+def generate(rng: random.Random, size: int, features: Features = Features()) -> FuzzProgram:
     """A random straight-line program of about ``size`` statements that runs in eager."""
     for _ in range(50):
-        prog = _Gen(rng, size).run()
+        prog = _Gen(rng, size, features).run()
         if prog.runs_in_eager():
             return prog
     raise RuntimeError("could not generate a valid program")  # pragma: no cover
 
 
-def program_for(seed: int, index: int, size: int | None = None) -> FuzzProgram:
+def program_for(seed: int, index: int, size: int | None = None,
+                features: Features = Features()) -> FuzzProgram:
     """The ``index``-th program of the sweep with ``seed`` (what the sweep and the tests use)."""
     rng = random.Random(seed * 1_000_003 + index)
     size = size if size is not None else rng.randint(4, 22)
-    return dataclasses.replace(generate(rng, size), origin=f"seed={seed} index={index}")
+    return dataclasses.replace(generate(rng, size, features), origin=f"seed={seed} index={index}")
 
 
 # -- runner -------------------------------------------------------------------------------------
@@ -813,12 +835,19 @@ def check(program: FuzzProgram, strategy: str, path: str) -> Failure | None:
         except Exception as e:  # noqa: BLE001
             root = _root_exception(e)
             first = (str(root).strip().splitlines() or [""])[0]
-            tb = "".join(traceback.format_exception(root))
+            tb = "".join(traceback.format_exception(root))[-4000:]
+            frames = [f for f in traceback.extract_tb(root.__traceback__) if "/autofunc/" in f.filename]
+            where = " <- ".join(
+                f"autofunc/{f.filename.rsplit('/autofunc/', 1)[1]}:{f.lineno} {f.name}"
+                for f in reversed(frames[-3:])
+            )
+            if where:
+                tb = f"raised at {where}\n{tb}"
             kind = "exception"
             if any(pat.search(str(root)) for pat, _ in LIMITATIONS):
                 kind = "limitation"
             return Failure(program, strategy, path, kind, f"{type(root).__name__}: {first}",
-                           tb[-4000:], _graphs(captured))
+                           tb, _graphs(captured))
         bad = []
         if not (isinstance(got, tuple) and len(got) == len(expected)):
             bad.append(f"outputs: expected a {len(expected)}-tuple, got {type(got).__name__}")
@@ -1000,6 +1029,8 @@ Run: python {filename}   or   pytest {filename}
 """
 
 import torch
+import torch._functorch.config
+import torch._inductor.config
 
 import autofunc
 import autofunc.bench.fuzz as fuzz  # defines the autofunc_fuzz ops (see their docstrings)
@@ -1027,7 +1058,10 @@ def test_repro():
     regs = [] if STRATEGY == "builtin" else [autofunc.register(op, strategy=STRATEGY) for op in fuzz.OPS]
     try:
         inputs = make_inputs()
-        got = _compile(prog)(*inputs)
+        # No compile caches: a cached artifact may come from another strategy.
+        with torch._functorch.config.patch(enable_autograd_cache=False), \\
+                torch._inductor.config.patch(fx_graph_cache=False):
+            got = _compile(prog)(*inputs)
     finally:
         for r in regs:
             r.remove()
@@ -1053,7 +1087,9 @@ def repro_source(failure: Failure, triage_result: dict[str, str] | None = None) 
     tri = ""
     if triage_result:
         tri = "Same program elsewhere:\n" + "\n".join(f"  {k}: {v}" for k, v in triage_result.items()) + "\n"
-    detail = failure.detail if failure.kind == "mismatch" else ""
+    detail = failure.detail if failure.kind == "mismatch" else failure.detail.split("\n", 1)[0]
+    if not detail.startswith(("raised at", "output", "input")):
+        detail = ""
     graphs = ""
     if failure.graphs:
         graphs = "\n# " + "\n# ".join(failure.graphs.splitlines()) + "\n"

@@ -48,6 +48,8 @@ class Sweep:
     backend: str = "inductor"
     warmup: int = 3
     repeat: int = 10
+    cpu_threads: int | None = 1  # torch threads on CPU (None: torch's default); 1 keeps
+    # step times steady on a shared machine, where OpenMP barriers stall on a busy core
     isolate: bool = True  # each point in its own process (False: in this process, for tests)
     timeout_s: float = 600.0  # per point
 

@@ -40,7 +40,13 @@ HOP_STRATEGY = {
 _aten = torch.ops.aten
 
 
-def reinplace(gm: fx.GraphModule, *, enable: bool = True) -> Report:
+def reinplace(
+    gm: fx.GraphModule,
+    *,
+    enable: bool = True,
+    is_inference: bool | None = None,
+    for_inductor: bool = False,
+) -> Report:
     """Rewrite every autofunc HOP call in ``gm`` into a direct call of its op.
 
     Before (v2, ``foo`` mutates ``x``)::
@@ -62,12 +68,19 @@ def reinplace(gm: fx.GraphModule, *, enable: bool = True) -> Report:
     any version that shares its memory, an element of the regions the op writes; (2) no other
     argument of the same call reads those regions; (3) it is not passed twice as a mutable
     buffer; (4) when it is a graph input, the graph itself copies the final value back into it
-    (``copy_(input, new)``), which then becomes a self-copy and is removed. Anything unproven
-    keeps its clone, and the report says why.
+    (``copy_(input, new)``), which then becomes a self-copy and is removed, and, in a training
+    graph, that value is not also an output (AOTAutograd may donate saved outputs to the
+    backward, which would then overwrite the input). Anything unproven keeps its clone, and
+    the report says why.
 
     Args:
         gm: the graph module, rewritten in place.
         enable: ``False`` only decomposes the HOPs, cloning every buffer.
+        is_inference: whether ``gm`` is an inference graph; ``None`` (unknown) is treated as a
+            training graph for rule (4).
+        for_inductor: emit clones the way Inductor lowers soundly (Note [Clones for Inductor]),
+            and clone a buffer two aliasing mutable arguments share unless it is a graph input
+            (``Reason.ALIASED_ARGS``).
 
     Returns:
         A :class:`Report` with one :class:`CallReport` per HOP call.
@@ -76,16 +89,39 @@ def reinplace(gm: fx.GraphModule, *, enable: bool = True) -> Report:
     report = Report(graph=type(gm).__name__)
     if not hops:
         return report
-    _check_vals(gm, hops)
-    analysis = AliasAnalysis(gm.graph)
-    epilogue = _epilogue_copies(gm.graph)
-    finals = _final_versions(hops)
+    _check_vals(hops)
+    ctx = _Pass(
+        gm=gm,
+        analysis=AliasAnalysis(gm.graph),
+        epilogue=_epilogue_copies(gm.graph),
+        finals=_final_versions(hops),
+        outputs=_output_nodes(gm.graph),
+        fake_mode=_fake_mode([n.meta.get("val") for n in gm.graph.nodes]),
+        enable=enable,
+        training=not is_inference,
+        for_inductor=for_inductor,
+    )
     for node in hops:
-        report.calls.append(_rewrite_call(gm, node, analysis, epilogue, finals, enable))
+        report.calls.append(_rewrite_call(ctx, node))
     _remove_self_copies(gm.graph)
     gm.graph.lint()
     gm.recompile()
     return report
+
+
+@dataclasses.dataclass
+class _Pass:
+    """What one run of the pass knows: the analysis and the facts gathered before rewriting."""
+
+    gm: fx.GraphModule
+    analysis: AliasAnalysis
+    epilogue: dict[fx.Node, fx.Node]  # placeholder -> copy_(placeholder, new)
+    finals: dict[tuple[fx.Node, int], fx.Node | None]  # (HOP, output) -> last version
+    outputs: list[fx.Node]  # tensors the graph returns
+    fake_mode: FakeTensorMode
+    enable: bool
+    training: bool
+    for_inductor: bool
 
 
 # -- step 1: what each call writes ------------------------------------------------------------
@@ -131,24 +167,24 @@ def _written(analysis: AliasAnalysis, buf: _Buffer) -> list[Region]:
 
 def _values(chain: views.ViewChain) -> views.ViewChain:
     """A chain read off graph kwargs holds symbolic values as nodes; use their fake values."""
-    return views.ViewChain(tuple(pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], s) for s in chain.steps))
+
+    def fake(x: Any) -> Any:
+        return pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], x)
+
+    steps = tuple(
+        type(s)(**{f.name: fake(getattr(s, f.name)) for f in dataclasses.fields(s)})
+        for s in chain.steps
+    )
+    return views.ViewChain(steps)
 
 
 # -- step 2: decide ---------------------------------------------------------------------------
 
 
-def _decide(
-    node: fx.Node,
-    info: OpInfo,
-    buf: _Buffer,
-    bufs: list[_Buffer],
-    analysis: AliasAnalysis,
-    epilogue: dict[fx.Node, fx.Node],
-    finals: dict[tuple[fx.Node, int], fx.Node | None],
-    enable: bool,
-) -> tuple[Reason, str]:
+def _decide(ctx: _Pass, node: fx.Node, info: OpInfo, buf: _Buffer, bufs: list[_Buffer]) -> tuple[Reason, str]:
     """Whether ``buf`` may be written in place (Reason.INPLACE) or why it must be cloned."""
-    if not enable:
+    analysis = ctx.analysis
+    if not ctx.enable:
         return Reason.DISABLED, ""
     if buf.node not in analysis.version:
         return Reason.NO_VALUE, buf.node.name
@@ -167,13 +203,30 @@ def _decide(
     if root.op == "placeholder":
         if buf.node is not root:
             return Reason.VIEW_OF_INPUT, root.name
-        copy = epilogue.get(root)
-        if copy is None or copy.args[1] is not finals.get((node, buf.out_index)):
+        final = ctx.finals.get((node, buf.out_index))
+        copy = ctx.epilogue.get(root)
+        if copy is None or copy.args[1] is not final:
             return Reason.GRAPH_INPUT, root.name
+        if ctx.training and any(analysis.same_memory(o, final) for o in ctx.outputs):
+            return Reason.SAVED_OUTPUT, root.name
+    elif ctx.for_inductor and _aliased_args(analysis, buf, written):
+        return Reason.ALIASED_ARGS, f"{', '.join(buf.args)} of {buf.node.name}"
     reader = analysis.first_read_after(node, buf.node, written)
     if reader is not None:
         return Reason.READ_LATER, f"by {reader.name}"
     return Reason.INPLACE, ""
+
+
+def _aliased_args(analysis: AliasAnalysis, buf: _Buffer, written: list) -> bool:
+    """Whether two of the arguments regenerated from ``buf`` overlap."""
+    from ..regions import overlaps
+
+    return any(overlaps(a, b) for i, a in enumerate(written) for b in written[i + 1 :])
+
+
+def _output_nodes(graph: fx.Graph) -> list[fx.Node]:
+    out = graph.output_node()
+    return [a for a in pytree.tree_leaves(out.args) if isinstance(a, fx.Node)]
 
 
 def _other_tensor_args(node: fx.Node, info: OpInfo) -> list[fx.Node]:
@@ -219,29 +272,18 @@ def _final_versions(hops: list[fx.Node]) -> dict[tuple[fx.Node, int], fx.Node | 
 # -- step 3: rewrite --------------------------------------------------------------------------
 
 
-def _rewrite_call(
-    gm: fx.GraphModule,
-    node: fx.Node,
-    analysis: AliasAnalysis,
-    epilogue: dict[fx.Node, fx.Node],
-    finals: dict,
-    enable: bool,
-) -> CallReport:
+def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
     info = op_info(resolve(node.args[0]))
-    strategy = HOP_STRATEGY[node.target]
     bufs = _buffers(node, info)
-    decisions = []
-    new_bufs = []
-    graph = gm.graph
+    analysis, graph = ctx.analysis, ctx.gm.graph
+    decisions, new_bufs = [], []
     outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
     with graph.inserting_before(node):
         for buf in bufs:
-            reason, detail = _decide(node, info, buf, bufs, analysis, epilogue, finals, enable)
-            val = buf.node.meta["val"] if "val" in buf.node.meta else None
-            nbytes = _nbytes(val)
+            reason, detail = _decide(ctx, node, info, buf, bufs)
             decisions.append(
                 Decision(tuple(buf.args), buf.node.name, tuple(str(c) for c in buf.chains),
-                         reason, nbytes, detail)
+                         reason, _nbytes(buf.node.meta.get("val")), detail)
             )
             log.debug("%s %s %s: %s %s", node.name, info.qualname, buf.args, reason.value, detail)
             out = outs.get(buf.out_index)
@@ -250,11 +292,11 @@ def _rewrite_call(
                 if out is not None:
                     analysis.merge(buf.node, out)
             else:
-                clone = _emit_clone(graph, buf.node)
+                clone = _emit_clone(ctx, buf.node, aliased=len(buf.args) > 1)
                 new_bufs.append(clone)
                 if out is not None:
                     analysis.track(clone, out)
-        call = _emit_call(graph, node, info, bufs, new_bufs)
+        call = _emit_call(ctx, node, info, new_bufs)
     for index, user in outs.items():
         if index < info.num_returns:
             repl = call if info.num_returns == 1 else _getitem(graph, call, index, user)
@@ -265,75 +307,85 @@ def _rewrite_call(
         user.replace_all_uses_with(repl)
         graph.erase_node(user)
     graph.erase_node(node)
-    return CallReport(node.name, info.qualname, strategy, decisions)
+    return CallReport(node.name, info.qualname, HOP_STRATEGY[node.target], decisions)
 
 
 def _fake_mode(vals: list[Any]) -> FakeTensorMode:
-    mode = detect_fake_mode(vals)
+    mode = detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)])
     if mode is None:
-        raise AssertionError("expected fake tensors in meta['val']")
+        raise ValueError("autofunc.reinplace needs fake tensors in meta['val']")
     return mode
 
 
-def _emit(graph: fx.Graph, target: Any, args: tuple, kwargs: dict | None = None) -> fx.Node:
+def _emit(ctx: _Pass, target: Any, args: tuple, kwargs: dict | None = None) -> fx.Node:
     """Insert ``target(*args, **kwargs)`` and give it a fake ``meta["val"]``."""
     kwargs = kwargs or {}
-    node = graph.call_function(target, args, kwargs)
+    node = ctx.gm.graph.call_function(target, args, kwargs)
     fake_args, fake_kwargs = pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], (args, kwargs))
-    mode = _fake_mode(pytree.tree_leaves((fake_args, fake_kwargs)))
-    with mode:
+    with ctx.fake_mode:
         node.meta["val"] = target(*fake_args, **fake_kwargs)
     return node
 
 
-def _emit_clone(graph: fx.Graph, src: fx.Node) -> fx.Node:
-    """A copy of ``src`` with exactly its size and strides (custom ops see eager's strides)."""
+def _emit_clone(ctx: _Pass, src: fx.Node, *, aliased: bool = False) -> fx.Node:
+    """A copy of ``src`` with exactly its size and strides (custom ops see eager's strides).
+
+    Note [Clones for Inductor]
+    ``aten.clone`` keeps the strides of a contiguous tensor; other layouts need
+    ``empty_strided`` + ``copy_``. Under Inductor two more facts matter. (1) Lowering
+    ``copy_(empty, src)`` with a realized ``src`` (a graph input, say) makes the empty buffer an
+    alias of ``src``, assuming nothing mutates it later, and the op would then write ``src``;
+    copying from ``clone(src)`` instead makes the buffer that fresh clone. (2) Inductor copies a
+    mutable argument whose buffer has no fixed layout yet, once per argument, which breaks the
+    aliasing between two arguments of one buffer; the ``empty_strided`` buffer has a fixed
+    layout. So for Inductor a non-contiguous or aliased clone is ``empty_strided`` +
+    ``copy_(·, clone(src))``, which Inductor lowers to a single buffer.
+    """
     val = src.meta["val"]
-    if val.is_contiguous():
-        node = _emit(graph, _aten.clone.default, (src,))
+    if val.is_contiguous() and not (aliased and ctx.for_inductor):
+        node = _emit(ctx, _aten.clone.default, (src,))
     else:
-        empty = _emit(
-            graph,
+        node = _emit(
+            ctx,
             _aten.empty_strided.default,
             (list(val.shape), list(val.stride())),
             {"dtype": val.dtype, "device": val.device},
         )
-        _emit(graph, _aten.copy_.default, (empty, src))
-        node = empty
+        fresh = _emit(ctx, _aten.clone.default, (src,)) if ctx.for_inductor else src
+        _emit(ctx, _aten.copy_.default, (node, fresh))
     node.meta["autofunc.clone"] = True
     return node
 
 
-def _emit_view(graph: fx.Graph, base: fx.Node, chain: views.ViewChain) -> fx.Node:
+def _emit_view(ctx: _Pass, base: fx.Node, chain: views.ViewChain) -> fx.Node:
     node = base
     for step in chain.steps:
         if isinstance(step, views.Select):
-            node = _emit(graph, _aten.select.int, (node, step.dim, step.index))
+            node = _emit(ctx, _aten.select.int, (node, step.dim, step.index))
         elif isinstance(step, views.Slice):
-            node = _emit(graph, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step))
+            node = _emit(ctx, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step))
         else:
             offset = step.storage_offset
             base_offset = base.meta["val"].storage_offset()
             if isinstance(base_offset, int) and isinstance(offset, int):
                 offset = offset + base_offset
             else:
-                sym = _emit(graph, _aten.sym_storage_offset.default, (base,))
-                offset = _emit(graph, operator.add, (offset, sym))
-            node = _emit(graph, _aten.as_strided.default, (node, list(step.size), list(step.stride), offset))
+                sym = _emit(ctx, _aten.sym_storage_offset.default, (base,))
+                offset = _emit(ctx, operator.add, (offset, sym))
+            size, stride = list(step.size), list(step.stride)
+            node = _emit(ctx, _aten.as_strided.default, (node, size, stride, offset))
     return node
 
 
-def _emit_call(
-    graph: fx.Graph, node: fx.Node, info: OpInfo, bufs: list[_Buffer], new_bufs: list[fx.Node]
-) -> fx.Node:
+def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node]) -> fx.Node:
     """The direct op call, with each mutable argument regenerated from its (new) buffer."""
     kwargs = {k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views")}
     if node.target is auto_functionalized_v2:
         for name, view in decode_views(info, node.kwargs["_views"]).items():
             if isinstance(view, list):
-                kwargs[name] = [_emit_view(graph, new_bufs[v.base_index], v.chain) for v in view]
+                kwargs[name] = [_emit_view(ctx, new_bufs[v.base_index], v.chain) for v in view]
             elif view is not None:
-                kwargs[name] = _emit_view(graph, new_bufs[view.base_index], view.chain)
+                kwargs[name] = _emit_view(ctx, new_bufs[view.base_index], view.chain)
             else:
                 kwargs[name] = None
     else:
@@ -346,9 +398,8 @@ def _emit_call(
                 kwargs[arg.name] = [None if t is None else next(it) for t in value]
             else:
                 kwargs[arg.name] = next(it)
-    schema_args = info.op._schema.arguments
-    args = tuple(kwargs.pop(a.name) for a in schema_args if not a.kwarg_only)
-    call = _emit(graph, info.op, args, kwargs)
+    args = tuple(kwargs.pop(a.name) for a in info.op._schema.arguments if not a.kwarg_only)
+    call = _emit(ctx, info.op, args, kwargs)
     # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's inputs
     # to these values, which have exactly the strides eager passes.
     call.meta["eager_input_vals"] = pytree.tree_map_only(
@@ -372,12 +423,12 @@ def _nbytes(val: Any) -> int:
     return int(n) if isinstance(n, int) else int(getattr(n, "node").hint or 0)
 
 
-def _check_vals(gm: fx.GraphModule, hops: list[fx.Node]) -> None:
+def _check_vals(hops: list[fx.Node]) -> None:
     for hop in hops:
         for arg in hop.all_input_nodes:
-            if not isinstance(arg.meta.get("val"), FakeTensor):
+            if not isinstance(arg.meta.get("val"), (FakeTensor, torch.SymInt, int)):
                 raise ValueError(
-                    f"autofunc.reinplace needs fake tensors in meta['val'] (node {arg.name}, an "
+                    f"autofunc.reinplace needs fake values in meta['val'] (node {arg.name}, an "
                     f"input of {hop.name}, has none); run FakeTensorProp on the graph first"
                 )
 

@@ -19,6 +19,8 @@ class Reason(enum.Enum):
     READ_BY_CALL = "another argument of the same call reads the memory it writes"
     SAME_BUFFER_TWICE = "the same memory is passed as two mutable buffers"
     GRAPH_INPUT = "a graph input whose new value is not copied back by the graph"
+    SAVED_OUTPUT = "a graph input whose new value a training graph also returns (saved for backward)"
+    ALIASED_ARGS = "arguments alias it and Inductor keeps aliasing only on a fixed-layout buffer"
     VIEW_OF_INPUT = "a view of a graph input (its mutation is scattered back, not copied)"
     CONSTANT = "a constant of the module"
     NO_VALUE = "no fake value to analyse"

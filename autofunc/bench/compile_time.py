@@ -1,0 +1,286 @@
+"""Compile-time cost of re-inplacing as the model grows: autofunc's pass vs the built-in's.
+
+For each layer count ``L`` (``4 * L`` mutable calls, so ``4 * L`` HOP nodes) and each of
+``builtin_v2`` and ``autofunc_v2``, two fresh subprocesses sharing a new, empty Inductor cache
+compile the decoder: the first cold (kernels built), the second warm (kernels cached; the FX
+graph cache is off, so every graph pass runs again). Each times, by wrapping the functions
+where Inductor looks them up (for measurement only):
+
+* autofunc: ``autofunc.inductor.reinplace`` (the pass: analysis and rewrite);
+* built-in: ``post_grad.reinplace_inplaceable_ops`` (its re-inplace analysis) and
+  ``post_grad.decompose_auto_functionalized`` (decomposing its HOPs), which also run, with
+  nothing to do for the HOPs, under autofunc.
+
+    autofunc bench-compile [--layers 8,32,64,128] [--json PATH] [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["CompileRecord", "measure_compile", "run", "format_table", "main", "CONFIG"]
+
+CONFIGS = ("builtin_v2", "autofunc_v2")
+
+# Small widths: only the number of layers (graph size) should drive the cost.
+CONFIG = dict(hidden=32, heads=2, kv_heads=1, head_dim=16, num_blocks=4, block_size=16, batch=2,
+              intermediate=32, max_position=64)
+
+
+@dataclasses.dataclass
+class CompileRecord:
+    config: str
+    layers: int
+    hops: int | None = None  # HOP nodes seen by the re-inplace pass of this config
+    cold_s: float | None = None  # first compile, empty kernel cache
+    warm_s: float | None = None  # second compile, kernels cached, every graph pass run again
+    autofunc_pass_s: float | None = None  # (warm compile) autofunc.inductor.reinplace
+    builtin_reinplace_s: float | None = None  # (warm) reinplace_inplaceable_ops
+    builtin_decompose_s: float | None = None  # (warm) decompose_auto_functionalized
+    correct: bool | None = None
+    error: str = ""
+
+    @property
+    def pass_s(self) -> float | None:
+        """The time this config spends re-inplacing its HOPs."""
+        if self.config.startswith("autofunc"):
+            return self.autofunc_pass_s
+        if self.builtin_reinplace_s is None or self.builtin_decompose_s is None:
+            return None
+        return self.builtin_reinplace_s + self.builtin_decompose_s
+
+
+class _Timers:
+    """Wall time spent in wrapped functions; a nested (recursive) call is not counted twice."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.hops: dict[str, int] = defaultdict(int)
+
+    def wrap(self, module: Any, name: str, key: str, count_hops: Callable[..., int]) -> None:
+        original = getattr(module, name)
+        depth = 0
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            nonlocal depth
+            if depth:
+                return original(*args, **kwargs)
+            depth += 1
+            self.hops[key] += count_hops(*args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[key] += time.perf_counter() - t0
+                depth -= 1
+
+        setattr(module, name, timed)
+
+    def clear(self) -> None:
+        self.seconds.clear()
+        self.hops.clear()
+
+
+def _count(graph: torch.fx.Graph, targets: tuple) -> int:
+    return sum(1 for n in graph.nodes if n.op == "call_function" and n.target in targets)
+
+
+def _install_timers() -> _Timers:
+    import torch._inductor.fx_passes.post_grad as post_grad
+    from torch._higher_order_ops.auto_functionalize import (
+        auto_functionalized,
+        auto_functionalized_v2,
+    )
+
+    from .. import inductor
+    from ..passes.reinplace import HOP_STRATEGY
+
+    builtin, ours = (auto_functionalized, auto_functionalized_v2), tuple(HOP_STRATEGY)
+    timers = _Timers()
+    timers.wrap(inductor, "reinplace", "autofunc_pass", lambda gm, **_: _count(gm.graph, ours))
+    timers.wrap(post_grad, "reinplace_inplaceable_ops", "builtin_reinplace",
+                lambda *args: _count(args[-1], builtin))
+    timers.wrap(post_grad, "decompose_auto_functionalized", "builtin_decompose", lambda graph: 0)
+    return timers
+
+
+def measure_compile(config: str, layers: int, device: str = "cpu", phase: str = "cold") -> CompileRecord:
+    """Compile the ``layers``-layer decoder under ``config`` once in this process and time it
+    (as ``cold_s`` or ``warm_s`` per ``phase``) and the re-inplace passes inside it."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    import autofunc
+
+    from ..testing import same_result
+    from .model import MUTABLE_OPS, ModelConfig, TinyDecoder, make_inputs
+
+    record = CompileRecord(config, layers)
+    timers = _install_timers()
+    regs = [autofunc.register(op, strategy="v2") for op in MUTABLE_OPS] if config == "autofunc_v2" else []
+    cfg = ModelConfig(layers=layers, **CONFIG)
+    model = TinyDecoder(cfg, device)
+    try:
+        with inductor_config.patch(fx_graph_cache=False, enable_auto_functionalized_v2=True), \
+                functorch_config.patch(enable_autograd_cache=False):
+            eager_inputs = make_inputs(cfg, device)
+            expected = model(*eager_inputs.args())
+            inputs = make_inputs(cfg, device)
+            t0 = time.perf_counter()
+            got = torch.compile(model, backend="inductor")(*inputs.args())
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            setattr(record, f"{phase}_s", time.perf_counter() - t0)
+        record.correct = same_result(got, expected, 1e-4, 1e-4) and same_result(
+            inputs.kv_cache, eager_inputs.kv_cache, 1e-4, 1e-4
+        )
+        record.autofunc_pass_s = timers.seconds.get("autofunc_pass", 0.0)
+        record.builtin_reinplace_s = timers.seconds.get("builtin_reinplace", 0.0)
+        record.builtin_decompose_s = timers.seconds.get("builtin_decompose", 0.0)
+        record.hops = timers.hops.get("autofunc_pass" if config == "autofunc_v2" else "builtin_reinplace", 0)
+    except Exception as e:  # a failed compile is a result
+        text = str(e).strip()
+        record.error = f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
+    finally:
+        for r in regs:
+            r.remove()
+    return record
+
+
+def _run_one(config: str, layers: int, timeout_s: float, device: str) -> CompileRecord:
+    """Two fresh subprocesses sharing one new Inductor cache: cold (kernels get built), then
+    warm (kernels cached). Pass times are the warm run's."""
+    with tempfile.TemporaryDirectory(prefix="autofunc-compile-") as cache_dir:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache_dir, "TRITON_CACHE_DIR": cache_dir}
+        cold = _subprocess(config, layers, timeout_s, device, "cold", env)
+        if cold.error:
+            return cold
+        warm = _subprocess(config, layers, timeout_s, device, "warm", env)
+    warm.cold_s = cold.cold_s
+    warm.correct = bool(cold.correct and warm.correct)
+    return warm
+
+
+def _subprocess(config: str, layers: int, timeout_s: float, device: str, phase: str,
+                env: dict) -> CompileRecord:
+    cmd = [sys.executable, "-m", "autofunc.bench.compile_time", "--worker", config, str(layers),
+           "--device", device, "--phase", phase]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return CompileRecord(config, layers, error=f"{phase}: timeout ({timeout_s:.0f} s)")
+    for line in reversed(proc.stdout.splitlines()):
+        try:
+            return CompileRecord(**json.loads(line))
+        except (json.JSONDecodeError, TypeError):
+            continue
+    return CompileRecord(config, layers,
+                         error=f"{phase}: crash (exit {proc.returncode}): {proc.stderr[-300:]}")
+
+
+def run(layer_counts: list[int], timeout_s: float = 600.0, progress: Callable[[str], None] = print,
+        budget_s: float | None = None, device: str = "cpu") -> list[CompileRecord]:
+    """Every config at every layer count, smallest first. Stops starting new layer counts once
+    ``budget_s`` seconds have passed (the records so far are returned)."""
+    records: list[CompileRecord] = []
+    t_start = time.perf_counter()
+    for layers in layer_counts:
+        if budget_s is not None and time.perf_counter() - t_start > budget_s:
+            progress(f"[bench-compile] budget of {budget_s:.0f} s spent; skipping L={layers} and up")
+            break
+        for config in CONFIGS:
+            t0 = time.perf_counter()
+            records.append(_run_one(config, layers, timeout_s, device))
+            r = records[-1]
+            progress(f"[bench-compile] L={layers} {config}: "
+                     + (r.error or f"cold {r.cold_s:.1f}s warm {r.warm_s:.1f}s pass "
+                        f"{1e3 * (r.pass_s or 0):.1f}ms hops={r.hops} correct={r.correct}")
+                     + f" ({time.perf_counter() - t0:.0f}s)")
+    return records
+
+
+def format_table(records: list[CompileRecord]) -> str:
+    by = {(r.config, r.layers): r for r in records}
+    header = ["layers", "hops", "builtin pass ms", "/hop", "autofunc pass ms", "/hop",
+              "builtin warm s", "autofunc warm s", "ratio", "builtin cold s", "autofunc cold s",
+              "ratio"]
+    body = []
+    for layers in dict.fromkeys(r.layers for r in records):
+        b, a = by.get(("builtin_v2", layers)), by.get(("autofunc_v2", layers))
+        hops = next((r.hops for r in (a, b) if r is not None and r.hops), None)
+        body.append([
+            str(layers), _f(hops, "d"),
+            _ms(b and b.pass_s), _ms(b and b.pass_s, hops),
+            _ms(a and a.pass_s), _ms(a and a.pass_s, hops),
+            _f(b and b.warm_s, ".1f"), _f(a and a.warm_s, ".1f"), _ratio(a and a.warm_s, b and b.warm_s),
+            _f(b and b.cold_s, ".1f"), _f(a and a.cold_s, ".1f"), _ratio(a and a.cold_s, b and b.cold_s),
+        ])
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    line = lambda row: "  ".join(c.rjust(w) for c, w in zip(row, widths))  # noqa: E731
+    out = [line(header), line(["-" * w for w in widths]), *map(line, body)]
+    out += [f"  L={r.layers} {r.config}: {r.error}" for r in records if r.error]
+    out += [f"  L={r.layers} {r.config}: result differs from eager" for r in records
+            if r.correct is False]
+    out.append("builtin pass = reinplace_inplaceable_ops + decompose_auto_functionalized; autofunc "
+               "pass = autofunc.inductor.reinplace (analysis + rewrite); both from the warm compile. "
+               "warm/cold: end-to-end first call with the kernel cache full/empty, each in a fresh "
+               "process; ratio = autofunc / builtin.")
+    return "\n".join(out)
+
+
+def _f(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _ms(seconds: float | None, per: int | None = 1) -> str:
+    if seconds is None or not per:
+        return "-"
+    return f"{1e3 * seconds / per:.2f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if not a or not b else f"{a / b:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="autofunc bench-compile", description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", default="8,32,64,128", help="comma-separated layer counts")
+    ap.add_argument("--json", default="", help="write the records here")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per compile subprocess")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="start no new layer count after this many seconds")
+    ap.add_argument("--device", default="cpu", help="cpu (C++ kernels) or cuda (Triton kernels)")
+    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--phase", default="cold", choices=("cold", "warm"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        config, layers = args.worker
+        record = measure_compile(config, int(layers), args.device, args.phase)
+        print(json.dumps(dataclasses.asdict(record)), flush=True)
+        return 0
+    layer_counts = [int(x) for x in args.layers.split(",") if x]
+    records = run(layer_counts, args.timeout, budget_s=args.budget, device=args.device)
+    print(format_table(records))
+    if args.json:
+        from .report import write_json
+
+        write_json(args.json, records, kind="compile_time",
+                   sweep={"layers": layer_counts, "model": CONFIG, "device": args.device})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

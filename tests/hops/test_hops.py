@@ -1,0 +1,202 @@
+"""Tests for the autofunc_v1 / autofunc_v2 HOPs called directly: dense semantics (the inputs are
+never written), the exact geometry the op receives, fake tensors, and tracing with make_fx."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import autofunc
+from autofunc.bench import corpus  # noqa: F401  (defines the autofunc_corpus ops)
+from autofunc.testing import count_targets
+
+v1 = autofunc.auto_functionalized_v1
+v2 = autofunc.auto_functionalized_v2
+ADD = "autofunc_corpus::add_.default"
+
+
+def _select(dim, index):
+    return ("select", dim, index)
+
+
+# -- dense semantics ----------------------------------------------------------------------------
+
+
+def test_v1_returns_the_new_value_and_leaves_the_input():
+    x, y = torch.randn(4), torch.randn(4)
+    x_before = x.clone()
+    out = v1(ADD, x=x, y=y)
+    assert isinstance(out, tuple) and len(out) == 1
+    torch.testing.assert_close(out[0], x_before + y)
+    assert torch.equal(x, x_before)
+
+
+def test_v1_returns_op_outputs_before_new_values():
+    x, y = torch.randn(4), torch.randn(4)
+    x_before = x.clone()
+    total, new_x = v1("autofunc_corpus::add_and_sum.default", x=x, y=y)
+    torch.testing.assert_close(new_x, x_before + y)
+    torch.testing.assert_close(total, (x_before + y).sum().reshape(1))
+    assert torch.equal(x, x_before)
+
+
+def test_v1_list_and_optional_arguments():
+    a, b, y = torch.randn(3), torch.randn(3), torch.randn(3)
+    a0, b0 = a.clone(), b.clone()
+    new_a, new_b = v1("autofunc_corpus::add_list.default", xs=[a, b], y=y)
+    torch.testing.assert_close(new_a, a0 + y)
+    torch.testing.assert_close(new_b, b0 + 2 * y)
+    assert torch.equal(a, a0) and torch.equal(b, b0)
+    # An optional mutable argument passed None contributes no new value.
+    assert v1("autofunc_corpus::add_opt.default", x=None, y=y) == ()
+
+
+def test_v2_changes_only_the_view_in_a_new_base():
+    base, y = torch.randn(3, 4), torch.randn(4)
+    base_before = base.clone()
+    out = v2(ADD, _bases=[base], _views=((0, (_select(0, 1),)),), y=y)
+    assert isinstance(out, tuple) and len(out) == 1
+    (new_base,) = out
+    expected = base_before.clone()
+    expected[1] += y
+    torch.testing.assert_close(new_base, expected)
+    assert torch.equal(base, base_before)
+
+
+def test_v2_two_arguments_on_one_base_share_one_new_base():
+    # two(a, b): a += 1 then b *= 2; a = base[0:3], b = base[1:] overlap in rows 1 and 2.
+    base = torch.randn(4, 2)
+    base_before = base.clone()
+    (new_base,) = v2(
+        "autofunc_corpus::two.default",
+        _bases=[base],
+        _views=((0, (("slice", 0, 0, 3, 1),)), (0, (("slice", 0, 1, 4, 1),))),
+    )
+    expected = base_before.clone()
+    expected[0:3] += 1
+    expected[1:] *= 2
+    torch.testing.assert_close(new_base, expected)
+    assert torch.equal(base, base_before)
+
+
+def test_v2_as_strided_step_is_relative_to_the_base():
+    # Elements 1 and 3 of the base, through the as_strided fallback.
+    storage = torch.zeros(8)
+    base = storage[2:]  # a base with a storage offset of its own
+    (new_base,) = v2(
+        ADD, _bases=[base], _views=((0, (("as_strided", (2,), (2,), 1),)),), y=torch.ones(2)
+    )
+    torch.testing.assert_close(new_base, torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0, 0.0]))
+    assert torch.equal(storage, torch.zeros(8))
+
+
+def test_hop_rejects_an_op_overload_instead_of_a_name():
+    x = torch.randn(2)
+    with pytest.raises(AssertionError, match="qualified name"):
+        v1(torch.ops.autofunc_corpus.add_.default, x=x, y=x)
+
+
+def test_hop_output_is_not_differentiated():
+    # The HOP runs below autograd (Note [HOPs below autograd]): plain values come back.
+    x = torch.randn(3, requires_grad=True)
+    (new_x,) = v1(ADD, x=x.detach(), y=x)
+    assert not new_x.requires_grad
+    torch.testing.assert_close(new_x, 2 * x.detach())
+
+
+# -- the geometry the op receives ---------------------------------------------------------------
+
+_seen: list[tuple] = []
+
+
+@torch.library.custom_op("aftest_hops::record_", mutates_args={"x"})
+def record_(x: torch.Tensor) -> None:
+    """Records the geometry it is called with, then doubles x."""
+    _seen.append((tuple(x.shape), x.stride(), x.storage_offset()))
+    x.mul_(2)
+
+
+_VIEWS = {
+    # name: (view of a (3, 4) base, the chain that regenerates it)
+    "column": (lambda b: b[:, 1], (_select(1, 1),)),
+    "transpose": (lambda b: b.t(), (("as_strided", (4, 3), (1, 4), 0),)),
+    "strided_rows": (lambda b: b[::2], (("slice", 0, 0, 3, 2),)),
+}
+
+
+@pytest.mark.parametrize("view", list(_VIEWS))
+def test_v1_op_sees_the_strides_of_the_argument(view):
+    make_view, _ = _VIEWS[view]
+    base = torch.arange(12.0).reshape(3, 4)
+    arg = make_view(base)
+    _seen.clear()
+    (new,) = v1("aftest_hops::record_.default", x=arg)
+    assert _seen == [(tuple(arg.shape), arg.stride(), 0)]
+    assert new.stride() == arg.stride()
+    torch.testing.assert_close(new, arg * 2)
+    assert torch.equal(base, torch.arange(12.0).reshape(3, 4))
+
+
+@pytest.mark.parametrize("view", list(_VIEWS))
+def test_v2_op_sees_the_exact_view_geometry(view):
+    make_view, chain = _VIEWS[view]
+    base = torch.arange(12.0).reshape(3, 4)
+    arg = make_view(base)
+    _seen.clear()
+    (new_base,) = v2("aftest_hops::record_.default", _bases=[base], _views=((0, chain),))
+    assert _seen == [(tuple(arg.shape), arg.stride(), arg.storage_offset())]
+    expected = base.clone()
+    make_view(expected).mul_(2)
+    torch.testing.assert_close(new_base, expected)
+    assert torch.equal(base, torch.arange(12.0).reshape(3, 4))
+
+
+# -- fake tensors and tracing -------------------------------------------------------------------
+
+
+def test_fake_mode_outputs():
+    with FakeTensorMode():
+        base, y = torch.empty(3, 4), torch.empty(4)
+        (new_base,) = v2(ADD, _bases=[base], _views=((0, (_select(0, 1),)),), y=y)
+        total, new_x = v1("autofunc_corpus::add_and_sum.default", x=base[:, 1], y=y[:3])
+    assert isinstance(new_base, FakeTensor) and new_base.shape == (3, 4)
+    assert isinstance(total, FakeTensor) and total.shape == (1,)
+    assert isinstance(new_x, FakeTensor) and new_x.shape == (3,) and new_x.stride() == (4,)
+
+
+def _call_v2(base, y):
+    return v2(ADD, _bases=[base], _views=((0, (_select(0, 1),)),), y=y)
+
+
+def _call_v1(base, y):
+    return v1("autofunc_corpus::add_and_sum.default", x=base[1], y=y)
+
+
+@pytest.mark.parametrize("tracing_mode", ["real", "fake", "symbolic"])
+@pytest.mark.parametrize("fn, hop", [(_call_v1, v1), (_call_v2, v2)], ids=["v1", "v2"])
+def test_make_fx_traces_one_hop_node(fn, hop, tracing_mode):
+    gm = make_fx(fn, tracing_mode=tracing_mode)(torch.randn(3, 4), torch.randn(4))
+    assert count_targets(gm, lambda t: t is hop) == 1
+    # Nothing but the HOP, its getitems and the view feeding v1.
+    allowed = {hop, torch.ops.aten.select.int, operator.getitem}
+    assert count_targets(gm, lambda t: t not in allowed) == 0
+    # The traced graph computes what the direct call does, here on another shape in
+    # symbolic mode.
+    shape = (5, 4) if tracing_mode == "symbolic" else (3, 4)
+    base, y = torch.randn(shape), torch.randn(4)
+    got = gm(base.clone(), y)
+    expected = fn(base, y)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+
+
+def test_make_fx_symbolic_output_is_symbolic():
+    gm = make_fx(_call_v2, tracing_mode="symbolic")(torch.randn(3, 4), torch.randn(4))
+    (hop_node,) = [n for n in gm.graph.nodes if n.target is v2]
+    (new_base,) = hop_node.meta["val"]
+    assert isinstance(new_base.shape[0], torch.SymInt)

@@ -1,0 +1,284 @@
+"""Tests for autofunc.register / functionalize: accepted op forms, re-registration, removal,
+the decorator, and the Inductor pass installation."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch._inductor.config as inductor_config
+from torch._higher_order_ops.auto_functionalize import (
+    auto_functionalized,
+    auto_functionalized_v2,
+)
+from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import autofunc
+from autofunc import inductor as af_inductor
+from autofunc.bench import corpus
+from autofunc.registry import registered_strategy
+from autofunc.testing import compile_capture, same_result
+
+_AUTOFUNC_HOPS = {"v1": autofunc.auto_functionalized_v1, "v2": autofunc.auto_functionalized_v2}
+_PYTORCH_HOPS = (auto_functionalized, auto_functionalized_v2)
+_counter = itertools.count()
+
+
+def _hop_calls(fn, *inputs) -> list[tuple[str, str | None]]:
+    """Compiles ``fn`` (functional graph, no pass), checks it against eager, and returns
+    ``(hop name, op name)`` for every HOP call in the graph."""
+    expected_inputs = [t.clone() for t in inputs]
+    expected = fn(*expected_inputs)
+    compiled, captured = compile_capture(fn, reinplace_pass=False)
+    got = compiled(*inputs)
+    assert same_result(expected, got)
+    assert same_result(expected_inputs, list(inputs))
+    calls = []
+    for n in captured.modules[0].graph.nodes:
+        if n.op == "call_function" and isinstance(n.target, torch._ops.HigherOrderOperator):
+            op = n.args[0]
+            calls.append((n.target.name(), op if isinstance(op, str) else str(op)))
+    return calls
+
+
+def _note_select_calls():
+    return _hop_calls(corpus.note_select, torch.randn(3, 3))
+
+
+def _overloads_calls():
+    return _hop_calls(corpus.overloads, torch.randn(3, 4))
+
+
+_ADD = "autofunc_corpus::add_.default"
+_BUMP = ("autofunc_corpus::bump.default", "autofunc_corpus::bump.by")
+
+
+# -- accepted forms ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        lambda: corpus.add_,  # CustomOpDef
+        lambda: torch.ops.autofunc_corpus.add_.default,  # OpOverload
+        lambda: torch.ops.autofunc_corpus.add_,  # OpOverloadPacket
+        lambda: "autofunc_corpus::add_",
+        lambda: "autofunc_corpus::add_.default",
+    ],
+    ids=["custom_op_def", "op_overload", "op_overload_packet", "name", "name_overload"],
+)
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+def test_register_accepts_every_op_form(form, strategy):
+    reg = autofunc.register(form(), strategy=strategy)
+    try:
+        assert reg.ops == (_ADD,) and reg.strategy == strategy
+        assert registered_strategy(_ADD) == strategy
+        assert _note_select_calls() == [(f"autofunc_{strategy}", _ADD)]
+    finally:
+        reg.remove()
+    assert registered_strategy(_ADD) is None
+
+
+@pytest.mark.parametrize(
+    "form",
+    [lambda: torch.ops.autofunc_corpus.bump, lambda: "autofunc_corpus::bump"],
+    ids=["packet", "name"],
+)
+def test_packet_registers_all_overloads(form):
+    with autofunc.register(form(), strategy="v1") as reg:
+        assert sorted(reg.ops) == sorted(_BUMP)
+        assert _overloads_calls() == [("autofunc_v1", _BUMP[0]), ("autofunc_v1", _BUMP[1])]
+
+
+def test_named_overload_registers_only_that_overload():
+    with autofunc.register("autofunc_corpus::bump.by", strategy="v2") as reg:
+        assert reg.ops == ("autofunc_corpus::bump.by",)
+        (default_hop, default_op), (by_hop, by_op) = _overloads_calls()
+    # bump.default stays with PyTorch's own HOP.
+    assert default_hop in {h.name() for h in _PYTORCH_HOPS}
+    assert default_op == "autofunc_corpus.bump.default"
+    assert (by_hop, by_op) == ("autofunc_v2", _BUMP[1])
+
+
+# -- re-registration and removal -----------------------------------------------------------------
+
+
+def test_registering_again_replaces_the_strategy():
+    first = autofunc.register(corpus.add_, strategy="v1")
+    second = None
+    try:
+        assert _note_select_calls() == [("autofunc_v1", _ADD)]
+        torch._dynamo.reset()
+        second = autofunc.register(corpus.add_, strategy="v2")
+        assert _note_select_calls() == [("autofunc_v2", _ADD)]
+        # The replaced handle no longer owns the op: removing it changes nothing.
+        first.remove()
+        assert registered_strategy(_ADD) == "v2"
+        torch._dynamo.reset()
+        assert _note_select_calls() == [("autofunc_v2", _ADD)]
+    finally:
+        first.remove()
+        if second is not None:
+            second.remove()
+    assert registered_strategy(_ADD) is None
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+def test_remove_restores_pytorch_default(strategy):
+    reg = autofunc.register(corpus.add_, strategy=strategy)
+    assert _note_select_calls() == [(f"autofunc_{strategy}", _ADD)]
+    reg.remove()
+    torch._dynamo.reset()
+    ((hop, op),) = _note_select_calls()
+    assert hop in {h.name() for h in _PYTORCH_HOPS}
+    assert "autofunc_corpus.add_.default" in op
+
+
+def test_registration_is_a_context_manager():
+    with autofunc.register(corpus.add_, strategy="v1"):
+        assert _note_select_calls() == [("autofunc_v1", _ADD)]
+    torch._dynamo.reset()
+    ((hop, _),) = _note_select_calls()
+    assert not hop.startswith("autofunc_")
+
+
+def test_remove_twice_is_harmless():
+    reg = autofunc.register(corpus.add_, strategy="v2")
+    reg.remove()
+    reg.remove()
+    assert registered_strategy(_ADD) is None
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+def test_register_routes_torch_func_functionalize(strategy):
+    # C++ functionalization (torch.func.functionalize) goes through the op's Functionalize
+    # kernel, which register() installs next to the FunctionalTensorMode rule.
+    def fn(x, y):
+        buf = x.clone()
+        corpus.add_(buf[1], y)
+        return buf
+
+    x, y = torch.randn(3, 4), torch.randn(4)
+    with autofunc.register(corpus.add_, strategy=strategy):
+        gm = make_fx(torch.func.functionalize(fn))(x, y)
+        torch.testing.assert_close(torch.func.functionalize(fn)(x, y), fn(x, y))
+    hops = [n.target for n in gm.graph.nodes if n.target in _AUTOFUNC_HOPS.values()]
+    assert hops == [_AUTOFUNC_HOPS[strategy]]
+    x_before = x.clone()
+    torch.testing.assert_close(gm(x, y), fn(x_before, y))
+    assert torch.equal(x, x_before)
+
+
+# -- the decorator -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+def test_functionalize_decorator_on_custom_op(strategy):
+    ns = f"aftest_registry{next(_counter)}"
+
+    @autofunc.functionalize(strategy=strategy)
+    @torch.library.custom_op(f"{ns}::scale_", mutates_args={"x"})
+    def scale_(x: torch.Tensor, s: float) -> None:
+        x.mul_(s)
+
+    try:
+        assert isinstance(scale_, torch._library.custom_ops.CustomOpDef)
+        assert scale_.autofunc_registration.ops == (f"{ns}::scale_.default",)
+        assert registered_strategy(f"{ns}::scale_.default") == strategy
+
+        def fn(x):
+            buf = x + 1
+            scale_(buf[:, 1], 3.0)
+            return buf
+
+        assert _hop_calls(fn, torch.randn(3, 4)) == [
+            (f"autofunc_{strategy}", f"{ns}::scale_.default")
+        ]
+    finally:
+        scale_.autofunc_registration.remove()
+
+
+def test_functionalize_decorator_without_arguments():
+    ns = f"aftest_registry{next(_counter)}"
+
+    @autofunc.functionalize
+    @torch.library.custom_op(f"{ns}::neg_", mutates_args={"x"})
+    def neg_(x: torch.Tensor) -> None:
+        x.neg_()
+
+    with neg_.autofunc_registration as reg:
+        assert reg.strategy == "v2"
+        x = torch.randn(4)
+        assert _hop_calls(lambda t: neg_(t), x) == [("autofunc_v2", f"{ns}::neg_.default")]
+
+
+# -- Inductor pass installation -----------------------------------------------------------------
+
+
+class _UserPass(CustomGraphPass):
+    """Records what it saw: whether autofunc's HOPs were already gone and the op called directly."""
+
+    def __init__(self):
+        self.calls = 0
+        self.saw_hops = False
+        self.saw_direct_call = False
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.calls += 1
+        for n in graph.nodes:
+            if n.op != "call_function":
+                continue
+            self.saw_hops |= n.target in _AUTOFUNC_HOPS.values()
+            self.saw_direct_call |= n.target is torch.ops.autofunc_corpus.add_.default
+
+    def uuid(self):
+        return f"autofunc-test-user-pass-{id(self)}"
+
+
+def test_register_chains_the_users_post_grad_pass():
+    user = _UserPass()
+    af_inductor.last_reports(clear=True)
+    # config.patch restores the user's (and autofunc's) setting when the test ends.
+    with inductor_config.patch(post_grad_custom_post_pass=user, fx_graph_cache=False):
+        with autofunc.register(corpus.add_, strategy="v2"):
+            installed = inductor_config.post_grad_custom_post_pass
+            assert isinstance(installed, af_inductor.ReinplacePass)
+            assert installed.then is user
+            # Idempotent: a second registration does not wrap autofunc's pass again.
+            autofunc.register(corpus.two, strategy="v2").remove()
+            assert inductor_config.post_grad_custom_post_pass is installed
+
+            x = torch.randn(3, 3)
+            got = torch.compile(corpus.note_select, backend="inductor", fullgraph=True)(x)
+            torch.testing.assert_close(got, corpus.note_select(x))
+    assert user.calls == 1
+    # autofunc's pass ran first: the user's pass saw the direct op call, not the HOP.
+    assert user.saw_direct_call and not user.saw_hops
+    (report,) = af_inductor.last_reports(clear=True)
+    assert [c.op for c in report.calls] == [_ADD]
+
+
+def test_install_pass_keeps_a_user_pass_set_after_registration():
+    user = _UserPass()
+    with inductor_config.patch(post_grad_custom_post_pass=None):
+        with autofunc.register(corpus.add_, strategy="v1"):
+            assert isinstance(inductor_config.post_grad_custom_post_pass, af_inductor.ReinplacePass)
+            # The user replaces it; the next registration puts autofunc's pass back in front.
+            inductor_config.post_grad_custom_post_pass = user
+            with autofunc.register(corpus.two, strategy="v1"):
+                installed = inductor_config.post_grad_custom_post_pass
+                assert isinstance(installed, af_inductor.ReinplacePass)
+                assert installed.then is user
+
+
+# -- HOP names -----------------------------------------------------------------------------------
+
+
+def test_hop_names_are_distinct_from_pytorchs():
+    names = {h.name() for h in _AUTOFUNC_HOPS.values()}
+    assert names == {"autofunc_v1", "autofunc_v2"}
+    assert names.isdisjoint(h.name() for h in _PYTORCH_HOPS)
+    assert torch.ops.higher_order.autofunc_v1 is autofunc.auto_functionalized_v1
+    assert torch.ops.higher_order.autofunc_v2 is autofunc.auto_functionalized_v2
