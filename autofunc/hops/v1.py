@@ -11,8 +11,16 @@ from typing import Any
 import torch
 
 from ..schema import ArgKind, OpInfo, resolve, op_info
-from .common import AutofuncHOP, clone_exact, normalize_args, op_outputs, register_rules, write_back
-from .common import unpack_outputs
+from .common import (
+    AutofuncHOP,
+    clone_exact,
+    keeps_offset,
+    normalize_args,
+    op_outputs,
+    register_rules,
+    unpack_outputs,
+    write_back,
+)
 
 __all__ = ["auto_functionalized_v1", "functionalize_v1", "mutable_slots"]
 
@@ -24,6 +32,7 @@ class AutoFunctionalizedV1(AutofuncHOP):
 
         op = resolve(_op)
         new = {name: clone_exact(op_kwargs[name]) for each mutable argument}  # lists elementwise
+        # (a mutable tensor listed in the optional ``_keep_offset`` keeps its storage offset)
         out = op(**{**op_kwargs, **new})
         return (*out, *new.values())   # one entry per mutable tensor, lists flattened, None skipped
 
@@ -50,20 +59,19 @@ def mutable_slots(info: OpInfo, kwargs: dict[str, Any]) -> list[tuple[str, int |
     return slots
 
 
-def _v1_dense(_op: str, **kwargs: Any) -> tuple:
+def _v1_dense(_op: str, _keep_offset: tuple = (), **kwargs: Any) -> tuple:
     info = op_info(resolve(_op))
     new_kwargs = dict(kwargs)
     new_values = []
-    for arg in info.mutable_args:
-        value = kwargs[arg.name]
-        if value is None:
-            continue
-        if arg.kind is ArgKind.LIST:
-            new_kwargs[arg.name] = [None if t is None else clone_exact(t) for t in value]
-            new_values.extend(t for t in new_kwargs[arg.name] if t is not None)
+    for k, (name, index, value) in enumerate(mutable_slots(info, kwargs)):
+        new = clone_exact(value, keep_offset=k in _keep_offset)
+        new_values.append(new)
+        if index is None:
+            new_kwargs[name] = new
         else:
-            new_kwargs[arg.name] = clone_exact(value)
-            new_values.append(new_kwargs[arg.name])
+            if new_kwargs[name] is kwargs[name]:
+                new_kwargs[name] = list(kwargs[name])
+            new_kwargs[name][index] = new
     out = info.op(**new_kwargs)
     return (*op_outputs(info, out), *new_values)
 
@@ -77,8 +85,11 @@ def functionalize_v1(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     info = op_info(op)
     kw = normalize_args(op, args, kwargs)
     unwrapped = ctx.unwrap_tensors(kw)
+    keep = tuple(k for k, (_, _, t) in enumerate(mutable_slots(info, kw)) if keeps_offset(t))
     with ctx.redispatch_to_next():
-        flat = auto_functionalized_v1(info.qualname, **unwrapped)
+        flat = auto_functionalized_v1(
+            info.qualname, **unwrapped, **({"_keep_offset": keep} if keep else {})
+        )
     outs, new_values = flat[: info.num_returns], flat[info.num_returns :]
     for (_, _, old), new in zip(mutable_slots(info, kw), new_values, strict=True):
         write_back(ctx, old, new)

@@ -21,6 +21,7 @@ from .common import (
     clone_exact,
     geometry_known,
     get_base,
+    keeps_offset,
     normalize_args,
     same_storage,
     op_outputs,
@@ -39,7 +40,7 @@ class AutoFunctionalizedV2(AutofuncHOP):
     Semantics, as plain Python::
 
         op = resolve(_op)
-        new_bases = [clone_exact(b) for b in _bases]
+        new_bases = [clone_exact(b, keep_offset=i in _keep_offset) for i, b in enumerate(_bases)]
         args = {name: regenerate(view, new_bases) for each mutable argument}  # see decode_views
         out = op(**other_kwargs, **args)
         return (*out, *new_bases)
@@ -47,6 +48,8 @@ class AutoFunctionalizedV2(AutofuncHOP):
     ``_views`` has one entry per mutable argument of the schema: ``None`` (an optional argument
     passed ``None``), ``(base_index, chain)`` for a tensor, or a tuple of those for a list;
     ``chain`` is ``views.encode_chain`` of the view that regenerates the argument from its base.
+    ``_keep_offset`` (optional) lists the bases whose new value keeps their storage offset
+    (Note [Bases that keep their offset]).
 
     Note [Why v2 clones bases]
     Cloning the argument (v1) leaves a view's mutation to be scattered back into its base by
@@ -105,9 +108,11 @@ def _rebase(chain: views.ViewChain, delta: Any) -> views.ViewChain:
     return views.ViewChain(steps)
 
 
-def _v2_dense(_op: str, _bases: list, _views: tuple, **kwargs: Any) -> tuple:
+def _v2_dense(
+    _op: str, _bases: list, _views: tuple, _keep_offset: tuple = (), **kwargs: Any
+) -> tuple:
     info = op_info(resolve(_op))
-    new_bases = [clone_exact(b) for b in _bases]
+    new_bases = [clone_exact(b, i in _keep_offset) for i, b in enumerate(_bases)]
     new_kwargs = dict(kwargs)
     for name, view in decode_views(info, _views).items():
         if isinstance(view, list):
@@ -200,12 +205,18 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
             info.qualname,
             _bases=ctx.unwrap_tensors(bases.tensors),
             _views=tuple(wire),
+            **_keep_offset_kwarg(i for i, b in enumerate(bases.tensors) if keeps_offset(b)),
             **unwrapped,
         )
     outs, new_bases = flat[: info.num_returns], flat[info.num_returns :]
     for old, new in zip(bases.tensors, new_bases, strict=True):
         write_back(ctx, old, new)
     return ctx.wrap_tensors(unpack_outputs(info, outs))
+
+
+def _keep_offset_kwarg(indices: Any) -> dict:
+    keep = tuple(indices)
+    return {"_keep_offset": keep} if keep else {}
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:

@@ -65,6 +65,7 @@ class _Read:
     pos: int
     node: fx.Node
     region: Region
+    live_until: int = 0  # position of the reader's last user (graph outputs: the output node)
 
 
 class AliasAnalysis:
@@ -101,6 +102,15 @@ class AliasAnalysis:
         for node in graph.nodes:
             for arg in self._read_args(node):
                 self._record_read(node, arg)
+        # per version, the running maximum of live_until over its reads in graph order
+        self._live_prefix: dict[Any, list[int]] = {}
+        for key, reads in self.reads.items():
+            running, prefix = -1, []
+            for r in reads:
+                r.live_until = max((self.position[u] for u in r.node.users), default=r.pos)
+                running = max(running, r.live_until)
+                prefix.append(running)
+            self._live_prefix[key] = prefix
 
     # -- building -------------------------------------------------------------------------
 
@@ -192,6 +202,17 @@ class AliasAnalysis:
             a, b = b, a
         self._parent[b] = a
         self._members[a].extend(self._members.pop(b))
+
+    def read_before_used_after(self, node: fx.Node, buffer: fx.Node) -> bool:
+        """Whether a value computed, before ``node``, from memory of ``buffer``'s class is still
+        used after ``node`` (a lazily evaluated read that a compiler might schedule late)."""
+        pos = self.position[node]
+        for key in self._members[self.memory_class(self.version[buffer])]:
+            reads = self.reads[key]
+            i = bisect.bisect_left(reads, pos, key=lambda r: r.pos)
+            if i and self._live_prefix[key][i - 1] > pos:
+                return True
+        return False
 
     def first_read_after(
         self, node: fx.Node, buffer: fx.Node, written: list[Region]

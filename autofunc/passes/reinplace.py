@@ -135,12 +135,14 @@ class _Buffer:
     out_index: int  # index into the HOP's flat outputs
     args: list[str]  # labels of the mutable arguments regenerated from it
     chains: list[views.ViewChain]  # the (offset-relative) chain of each
+    keep_offset: bool = False  # a clone keeps its storage offset (Note [Bases that keep ...])
 
 
 def _buffers(node: fx.Node, info: OpInfo) -> list[_Buffer]:
     if node.target is auto_functionalized_v2:
         bases = node.kwargs["_bases"]
-        bufs = [_Buffer(b, info.num_returns + i, [], []) for i, b in enumerate(bases)]
+        keep = node.kwargs.get("_keep_offset", ())
+        bufs = [_Buffer(b, info.num_returns + i, [], [], i in keep) for i, b in enumerate(bases)]
         for name, view in decode_views(info, node.kwargs["_views"]).items():
             items = view if isinstance(view, list) else [view]
             for i, v in enumerate(items):
@@ -150,8 +152,12 @@ def _buffers(node: fx.Node, info: OpInfo) -> list[_Buffer]:
                     bufs[v.base_index].chains.append(v.chain)
         return bufs
     slots = mutable_slots(info, node.kwargs)
+    keep = node.kwargs.get("_keep_offset", ())
     return [
-        _Buffer(t, info.num_returns + k, [name if i is None else f"{name}[{i}]"], [views.ViewChain()])
+        _Buffer(
+            t, info.num_returns + k, [name if i is None else f"{name}[{i}]"], [views.ViewChain()],
+            k in keep,
+        )
         for k, (name, i, t) in enumerate(slots)
     ]
 
@@ -211,6 +217,12 @@ def _decide(ctx: _Pass, node: fx.Node, info: OpInfo, buf: _Buffer, bufs: list[_B
             return Reason.SAVED_OUTPUT, root.name
     elif ctx.for_inductor and _aliased_args(analysis, buf, written):
         return Reason.ALIASED_ARGS, f"{', '.join(buf.args)} of {buf.node.name}"
+    elif ctx.for_inductor and analysis.read_before_used_after(node, buf.node):
+        # Note [Lazy reads under Inductor]: Inductor may compute a pointwise read of an
+        # intermediate buffer only when its result is needed, which can be after an opaque op
+        # wrote that buffer in place (it tracks such readers for graph inputs, not for buffers
+        # it materializes later). PyTorch's own re-inplacing miscompiles this case.
+        return Reason.LAZY_READ, buf.node.name
     reader = analysis.first_read_after(node, buf.node, written)
     if reader is not None:
         return Reason.READ_LATER, f"by {reader.name}"
@@ -232,7 +244,7 @@ def _output_nodes(graph: fx.Graph) -> list[fx.Node]:
 def _other_tensor_args(node: fx.Node, info: OpInfo) -> list[fx.Node]:
     """The tensors the call reads besides its buffers (a buffer node may appear here too: that
     is exactly the aliasing this check exists for)."""
-    skip = {"_bases", "_views"} | (set() if node.target is auto_functionalized_v2 else set(info.mutable_names))
+    skip = {"_bases", "_views", "_keep_offset"} | (set() if node.target is auto_functionalized_v2 else set(info.mutable_names))
     args = {k: v for k, v in node.kwargs.items() if k not in skip}
     return [a for a in pytree.tree_leaves(args) if isinstance(a, fx.Node)]
 
@@ -292,7 +304,9 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
                 if out is not None:
                     analysis.merge(buf.node, out)
             else:
-                clone = _emit_clone(ctx, buf.node, aliased=len(buf.args) > 1)
+                clone = _emit_clone(
+                    ctx, buf.node, aliased=len(buf.args) > 1, keep_offset=buf.keep_offset
+                )
                 new_bufs.append(clone)
                 if out is not None:
                     analysis.track(clone, out)
@@ -327,7 +341,9 @@ def _emit(ctx: _Pass, target: Any, args: tuple, kwargs: dict | None = None) -> f
     return node
 
 
-def _emit_clone(ctx: _Pass, src: fx.Node, *, aliased: bool = False) -> fx.Node:
+def _emit_clone(
+    ctx: _Pass, src: fx.Node, *, aliased: bool = False, keep_offset: bool = False
+) -> fx.Node:
     """A copy of ``src`` with exactly its size and strides (custom ops see eager's strides).
 
     Note [Clones for Inductor]
@@ -342,7 +358,9 @@ def _emit_clone(ctx: _Pass, src: fx.Node, *, aliased: bool = False) -> fx.Node:
     ``copy_(·, clone(src))``, which Inductor lowers to a single buffer.
     """
     val = src.meta["val"]
-    if val.is_contiguous() and not (aliased and ctx.for_inductor):
+    if keep_offset:
+        node = _emit_offset_clone(ctx, src)
+    elif val.is_contiguous() and not (aliased and ctx.for_inductor):
         node = _emit(ctx, _aten.clone.default, (src,))
     else:
         node = _emit(
@@ -354,6 +372,21 @@ def _emit_clone(ctx: _Pass, src: fx.Node, *, aliased: bool = False) -> fx.Node:
         fresh = _emit(ctx, _aten.clone.default, (src,)) if ctx.for_inductor else src
         _emit(ctx, _aten.copy_.default, (node, fresh))
     node.meta["autofunc.clone"] = True
+    return node
+
+
+def _emit_offset_clone(ctx: _Pass, src: fx.Node) -> fx.Node:
+    """``clone_exact(src, keep_offset=True)``: a copy at ``src``'s storage offset."""
+    val = src.meta["val"]
+    offset = val.storage_offset()
+    extent = 1 + sum((s - 1) * st for s, st in zip(val.shape, val.stride()))
+    flat = _emit(
+        ctx, _aten.empty.memory_format, ([offset + extent],),
+        {"dtype": val.dtype, "device": val.device},
+    )
+    node = _emit(ctx, _aten.as_strided.default, (flat, list(val.shape), list(val.stride()), offset))
+    fresh = _emit(ctx, _aten.clone.default, (src,)) if ctx.for_inductor else src
+    _emit(ctx, _aten.copy_.default, (node, fresh))
     return node
 
 
@@ -379,7 +412,7 @@ def _emit_view(ctx: _Pass, base: fx.Node, chain: views.ViewChain) -> fx.Node:
 
 def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node]) -> fx.Node:
     """The direct op call, with each mutable argument regenerated from its (new) buffer."""
-    kwargs = {k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views")}
+    kwargs = {k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views", "_keep_offset")}
     if node.target is auto_functionalized_v2:
         for name, view in decode_views(info, node.kwargs["_views"]).items():
             if isinstance(view, list):
