@@ -31,24 +31,31 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--plot", default="", help="PNG of memory above eager, drawn from the JSON")
     bench.add_argument("--cases", default="", help="comma-separated cases (default: the sweep's)")
     bench.add_argument("--strategies", default="", help="comma-separated lines (default: all)")
-    bench.add_argument("--sizes", default="",
-                       help="comma-separated BLOCKSxLAYERS points, e.g. 16x2,64x2")
+    bench.add_argument(
+        "--sizes", default="", help="comma-separated BLOCKSxLAYERS points, e.g. 16x2,64x2"
+    )
     bench.add_argument("--device", default="", help="cpu or cuda (default: the sweep's)")
     bench.add_argument("--repeat", type=int, default=0, help="timed steps per point")
-    bench.add_argument("--in-process", action="store_true",
-                       help="measure in this process (no isolation, no RSS)")
+    bench.add_argument(
+        "--in-process", action="store_true", help="measure in this process (no isolation, no RSS)"
+    )
 
     compile_ = sub.add_parser("bench-compile", help="re-inplace pass cost vs model depth")
     compile_.add_argument("--layers", default="8,32,64,128")
     compile_.add_argument("--json", default="")
     compile_.add_argument("--timeout", type=float, default=600.0)
-    compile_.add_argument("--budget", type=float, default=None,
-                          help="start no new layer count after this many seconds")
+    compile_.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="start no new layer count after this many seconds",
+    )
     compile_.add_argument("--device", default="cpu")
 
     explain = sub.add_parser("explain", help="compile FUNCTION's program and print the report")
-    explain.add_argument("target", metavar="MODULE:FUNCTION",
-                         help="FUNCTION() returns (fn, args) or (fn, args, ops)")
+    explain.add_argument(
+        "target", metavar="MODULE:FUNCTION", help="FUNCTION() returns (fn, args) or (fn, args, ops)"
+    )
     explain.add_argument("--strategy", choices=("v1", "v2"), default=None)
     explain.add_argument("--backend", choices=("inductor", "aot_eager"), default="inductor")
 
@@ -66,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench import report, run, sweep as sweeps
+    from .bench import report, run
+    from .bench import sweep as sweeps
 
     sweep = sweeps.SWEEPS[args.sweep or "quick"]
     changes: dict = {}
@@ -76,7 +84,9 @@ def _bench(args: argparse.Namespace) -> int:
         changes["lines"] = tuple(args.strategies.split(","))
     if args.sizes:
         changes["x_names"] = ("cache_blocks", "layers")
-        changes["x_vals"] = tuple(tuple(int(v) for v in s.split("x")) for s in args.sizes.split(","))
+        changes["x_vals"] = tuple(
+            tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")
+        )
     if args.device:
         changes["device"] = args.device
     if args.repeat:
@@ -92,8 +102,10 @@ def _bench(args: argparse.Namespace) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            print("autofunc bench: --device cuda but torch.cuda.is_available() is False",
-                  file=sys.stderr)
+            print(
+                "autofunc bench: --device cuda but torch.cuda.is_available() is False",
+                file=sys.stderr,
+            )
             return 2
     n = len(sweep.cases) * len(sweep.x_vals) * len(sweep.lines)
     print(f"[bench] sweep {sweep.name}: {n} points on {sweep.device} ({sweep.backend})", flush=True)

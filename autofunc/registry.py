@@ -18,7 +18,7 @@ from torch._ops import OpOverload, OpOverloadPacket
 from torch._subclasses.functional_tensor import FunctionalTensorMode, PythonFunctionalizeAPI
 
 from .errors import AutofuncError
-from .hops.common import geometry_known, may_overlap, normalize_args
+from .hops.common import may_overlap, normalize_args
 from .hops.v1 import functionalize_v1, mutable_slots
 from .hops.v2 import functionalize_v2
 from .schema import op_info, qualname
@@ -197,7 +197,7 @@ def _functional_rule(mode: FunctionalTensorMode, func: OpOverload, types, args, 
 
 def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | None) -> Any:
     strategy = _strategy.get(qualname(func), "v2")
-    if strategy == "v1" and _mutable_args_overlap(func, args, kwargs, geometry_known(ctx)):
+    if strategy == "v1" and _mutable_args_overlap(ctx, func, args, kwargs):
         # Note [v1 and aliased args]
         # v1 clones each mutable argument separately. When two of them may share memory (the
         # same tensor twice, or overlapping views of one base) separate clones would break the
@@ -210,9 +210,9 @@ def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | 
     return functionalize_v2(ctx, func, args, kwargs or {})
 
 
-def _mutable_args_overlap(func: OpOverload, args: tuple, kwargs: dict, trust_geometry: bool) -> bool:
+def _mutable_args_overlap(ctx: Any, func: OpOverload, args: tuple, kwargs: dict) -> bool:
     tensors = [t for _, _, t in mutable_slots(op_info(func), normalize_args(func, args, kwargs or {}))]
-    return any(may_overlap(a, b, trust_geometry) for a, b in itertools.combinations(tensors, 2))
+    return any(may_overlap(ctx, a, b) for a, b in itertools.combinations(tensors, 2))
 
 
 def _overloads(op: Any) -> Iterable[OpOverload]:

@@ -20,7 +20,7 @@ from .errors import UnsupportedOpError
 __all__ = ["ArgKind", "MutableArg", "OpInfo", "RESERVED_KWARGS", "op_info", "check_op", "resolve"]
 
 # Keyword names the HOPs use for their own bookkeeping; an op argument may not be called this.
-RESERVED_KWARGS = ("_op", "_bases", "_views", "_keep_offset")
+RESERVED_KWARGS = ("_op", "_bases", "_views")
 
 
 class ArgKind(enum.Enum):

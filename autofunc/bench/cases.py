@@ -10,7 +10,8 @@ How the programs are measured lives in ``measure``/``run``, how they are shown i
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -22,7 +23,7 @@ from ..kernels import (
 )
 from .model import MUTABLE_OPS, ModelConfig, TinyDecoder, make_inputs
 
-__all__ = ["Case", "Program", "CASES", "build", "example_kv"]
+__all__ = ["CASES", "Case", "Program", "build", "example_kv"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +43,9 @@ class Case:
 
 def _model(c: ModelConfig, device: str, dtype: torch.dtype) -> Program:
     model = TinyDecoder(c, device, dtype)
-    return Program(model, lambda: make_inputs(c, device, dtype).args(), MUTABLE_OPS, c.cache_bytes(dtype))
+    return Program(
+        model, lambda: make_inputs(c, device, dtype).args(), MUTABLE_OPS, c.cache_bytes(dtype)
+    )
 
 
 def _layer(c: ModelConfig) -> int:
@@ -78,7 +81,9 @@ def _paged_decode_attention(c: ModelConfig, device: str, dtype: torch.dtype) -> 
         (q,) = _randn(c, device, dtype, 1, c.batch, c.heads, c.head_dim)
         return i.kv_cache, q, i.block_tables, i.seq_lens
 
-    return Program(paged_decode_attention, make_args, (paged_decode_attention_op,), c.cache_bytes(dtype))
+    return Program(
+        paged_decode_attention, make_args, (paged_decode_attention_op,), c.cache_bytes(dtype)
+    )
 
 
 def _rotary_embedding(c: ModelConfig, device: str, dtype: torch.dtype) -> Program:
@@ -110,7 +115,9 @@ def _fused_add_rms_norm(c: ModelConfig, device: str, dtype: torch.dtype) -> Prog
     return Program(fused_add_rms_norm, make_args, (fused_add_rms_norm_op,), c.cache_bytes(dtype))
 
 
-def _randn(c: ModelConfig, device: str, dtype: torch.dtype, n: int, *shape: int) -> list[torch.Tensor]:
+def _randn(
+    c: ModelConfig, device: str, dtype: torch.dtype, n: int, *shape: int
+) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(c.seed + 2)
     return [torch.randn(*shape, generator=gen).to(device, dtype) for _ in range(n)]
 
@@ -120,14 +127,18 @@ CASES: dict[str, Case] = {
     for case in (
         Case("model", _model, "the decode step: 4 mutable calls per layer"),
         Case("reshape_and_cache", _reshape_and_cache, "writes kv_cache[l, 0] and kv_cache[l, 1]"),
-        Case("paged_decode_attention", _paged_decode_attention, "writes a fresh out; reads the cache"),
+        Case(
+            "paged_decode_attention", _paged_decode_attention, "writes a fresh out; reads the cache"
+        ),
         Case("rotary_embedding", _rotary_embedding, "rotates views q, k of an input qkv"),
         Case("fused_add_rms_norm", _fused_add_rms_norm, "updates inputs x and residual"),
     )
 }
 
 
-def build(case: str, config: ModelConfig, device: str = "cpu", dtype: torch.dtype = torch.float32) -> Program:
+def build(
+    case: str, config: ModelConfig, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> Program:
     """The program of ``case`` at ``config``.
 
     Raises:

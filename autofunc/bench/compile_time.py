@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import gc
 import json
 import os
 import subprocess
@@ -26,17 +27,27 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-__all__ = ["CompileRecord", "measure_compile", "run", "format_table", "main", "CONFIG"]
+__all__ = ["CONFIG", "CompileRecord", "format_table", "main", "measure_compile", "run"]
 
 CONFIGS = ("builtin_v2", "autofunc_v2")
 
 # Small widths: only the number of layers (graph size) should drive the cost.
-CONFIG = dict(hidden=32, heads=2, kv_heads=1, head_dim=16, num_blocks=4, block_size=16, batch=2,
-              intermediate=32, max_position=64)
+CONFIG = {
+    "hidden": 32,
+    "heads": 2,
+    "kv_heads": 1,
+    "head_dim": 16,
+    "num_blocks": 4,
+    "block_size": 16,
+    "batch": 2,
+    "intermediate": 32,
+    "max_position": 64,
+}
 
 
 @dataclasses.dataclass
@@ -49,6 +60,7 @@ class CompileRecord:
     autofunc_pass_s: float | None = None  # (warm compile) autofunc.inductor.reinplace
     builtin_reinplace_s: float | None = None  # (warm) reinplace_inplaceable_ops
     builtin_decompose_s: float | None = None  # (warm) decompose_auto_functionalized
+    pass_gc_s: float | None = None  # of pass_s: Python's cyclic GC collecting during the pass
     correct: bool | None = None
     error: str = ""
 
@@ -63,11 +75,28 @@ class CompileRecord:
 
 
 class _Timers:
-    """Wall time spent in wrapped functions; a nested (recursive) call is not counted twice."""
+    """Wall time spent in wrapped functions; a nested (recursive) call is not counted twice.
+
+    Also the part of it spent in Python's cyclic garbage collector: a full collection walks the
+    whole heap (every graph Dynamo and Inductor hold), so whichever pass it happens to interrupt
+    looks slow by a few hundred ms at one layer count and not at the next.
+    """
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self.gc_seconds: dict[str, float] = defaultdict(float)
         self.hops: dict[str, int] = defaultdict(int)
+        self._active: str | None = None
+        self._gc_start = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if self._active is None:
+            return
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.gc_seconds[self._active] += time.perf_counter() - self._gc_start
 
     def wrap(self, module: Any, name: str, key: str, count_hops: Callable[..., int]) -> None:
         original = getattr(module, name)
@@ -80,17 +109,20 @@ class _Timers:
                 return original(*args, **kwargs)
             depth += 1
             self.hops[key] += count_hops(*args, **kwargs)
+            self._active = key
             t0 = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
                 self.seconds[key] += time.perf_counter() - t0
+                self._active = None
                 depth -= 1
 
         setattr(module, name, timed)
 
     def clear(self) -> None:
         self.seconds.clear()
+        self.gc_seconds.clear()
         self.hops.clear()
 
 
@@ -99,11 +131,11 @@ def _count(graph: torch.fx.Graph, targets: tuple) -> int:
 
 
 def _install_timers() -> _Timers:
-    import torch._inductor.fx_passes.post_grad as post_grad
     from torch._higher_order_ops.auto_functionalize import (
         auto_functionalized,
         auto_functionalized_v2,
     )
+    from torch._inductor.fx_passes import post_grad
 
     from .. import inductor
     from ..passes.reinplace import HOP_STRATEGY
@@ -111,13 +143,19 @@ def _install_timers() -> _Timers:
     builtin, ours = (auto_functionalized, auto_functionalized_v2), tuple(HOP_STRATEGY)
     timers = _Timers()
     timers.wrap(inductor, "reinplace", "autofunc_pass", lambda gm, **_: _count(gm.graph, ours))
-    timers.wrap(post_grad, "reinplace_inplaceable_ops", "builtin_reinplace",
-                lambda *args: _count(args[-1], builtin))
+    timers.wrap(
+        post_grad,
+        "reinplace_inplaceable_ops",
+        "builtin_reinplace",
+        lambda *args: _count(args[-1], builtin),
+    )
     timers.wrap(post_grad, "decompose_auto_functionalized", "builtin_decompose", lambda graph: 0)
     return timers
 
 
-def measure_compile(config: str, layers: int, device: str = "cpu", phase: str = "cold") -> CompileRecord:
+def measure_compile(
+    config: str, layers: int, device: str = "cpu", phase: str = "cold"
+) -> CompileRecord:
     """Compile the ``layers``-layer decoder under ``config`` once in this process and time it
     (as ``cold_s`` or ``warm_s`` per ``phase``) and the re-inplace passes inside it."""
     import torch._functorch.config as functorch_config
@@ -130,12 +168,18 @@ def measure_compile(config: str, layers: int, device: str = "cpu", phase: str = 
 
     record = CompileRecord(config, layers)
     timers = _install_timers()
-    regs = [autofunc.register(op, strategy="v2") for op in MUTABLE_OPS] if config == "autofunc_v2" else []
+    regs = (
+        [autofunc.register(op, strategy="v2") for op in MUTABLE_OPS]
+        if config == "autofunc_v2"
+        else []
+    )
     cfg = ModelConfig(layers=layers, **CONFIG)
     model = TinyDecoder(cfg, device)
     try:
-        with inductor_config.patch(fx_graph_cache=False, enable_auto_functionalized_v2=True), \
-                functorch_config.patch(enable_autograd_cache=False):
+        with (
+            inductor_config.patch(fx_graph_cache=False, enable_auto_functionalized_v2=True),
+            functorch_config.patch(enable_autograd_cache=False),
+        ):
             eager_inputs = make_inputs(cfg, device)
             expected = model(*eager_inputs.args())
             inputs = make_inputs(cfg, device)
@@ -150,8 +194,16 @@ def measure_compile(config: str, layers: int, device: str = "cpu", phase: str = 
         record.autofunc_pass_s = timers.seconds.get("autofunc_pass", 0.0)
         record.builtin_reinplace_s = timers.seconds.get("builtin_reinplace", 0.0)
         record.builtin_decompose_s = timers.seconds.get("builtin_decompose", 0.0)
-        record.hops = timers.hops.get("autofunc_pass" if config == "autofunc_v2" else "builtin_reinplace", 0)
-    except Exception as e:  # a failed compile is a result
+        keys = (
+            ("autofunc_pass",)
+            if config == "autofunc_v2"
+            else ("builtin_reinplace", "builtin_decompose")
+        )
+        record.pass_gc_s = sum(timers.gc_seconds.get(k, 0.0) for k in keys)
+        record.hops = timers.hops.get(
+            "autofunc_pass" if config == "autofunc_v2" else "builtin_reinplace", 0
+        )
+    except Exception as e:  # noqa: BLE001 - a failed compile is a result
         text = str(e).strip()
         record.error = f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
     finally:
@@ -174,12 +226,25 @@ def _run_one(config: str, layers: int, timeout_s: float, device: str) -> Compile
     return warm
 
 
-def _subprocess(config: str, layers: int, timeout_s: float, device: str, phase: str,
-                env: dict) -> CompileRecord:
-    cmd = [sys.executable, "-m", "autofunc.bench.compile_time", "--worker", config, str(layers),
-           "--device", device, "--phase", phase]
+def _subprocess(
+    config: str, layers: int, timeout_s: float, device: str, phase: str, env: dict
+) -> CompileRecord:
+    cmd = [
+        sys.executable,
+        "-m",
+        "autofunc.bench.compile_time",
+        "--worker",
+        config,
+        str(layers),
+        "--device",
+        device,
+        "--phase",
+        phase,
+    ]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+        proc = subprocess.run(
+            cmd, check=False, capture_output=True, text=True, env=env, timeout=timeout_s
+        )
     except subprocess.TimeoutExpired:
         return CompileRecord(config, layers, error=f"{phase}: timeout ({timeout_s:.0f} s)")
     for line in reversed(proc.stdout.splitlines()):
@@ -187,57 +252,80 @@ def _subprocess(config: str, layers: int, timeout_s: float, device: str, phase: 
             return CompileRecord(**json.loads(line))
         except (json.JSONDecodeError, TypeError):
             continue
-    return CompileRecord(config, layers,
-                         error=f"{phase}: crash (exit {proc.returncode}): {proc.stderr[-300:]}")
+    return CompileRecord(
+        config, layers, error=f"{phase}: crash (exit {proc.returncode}): {proc.stderr[-300:]}"
+    )
 
 
-def run(layer_counts: list[int], timeout_s: float = 600.0, progress: Callable[[str], None] = print,
-        budget_s: float | None = None, device: str = "cpu") -> list[CompileRecord]:
+def run(
+    layer_counts: list[int],
+    timeout_s: float = 600.0,
+    progress: Callable[[str], None] = print,
+    budget_s: float | None = None,
+    device: str = "cpu",
+) -> list[CompileRecord]:
     """Every config at every layer count, smallest first. Stops starting new layer counts once
     ``budget_s`` seconds have passed (the records so far are returned)."""
     records: list[CompileRecord] = []
     t_start = time.perf_counter()
     for layers in layer_counts:
         if budget_s is not None and time.perf_counter() - t_start > budget_s:
-            progress(f"[bench-compile] budget of {budget_s:.0f} s spent; skipping L={layers} and up")
+            progress(
+                f"[bench-compile] budget of {budget_s:.0f} s spent; skipping L={layers} and up"
+            )
             break
         for config in CONFIGS:
             t0 = time.perf_counter()
             records.append(_run_one(config, layers, timeout_s, device))
             r = records[-1]
-            progress(f"[bench-compile] L={layers} {config}: "
-                     + (r.error or f"cold {r.cold_s:.1f}s warm {r.warm_s:.1f}s pass "
-                        f"{1e3 * (r.pass_s or 0):.1f}ms hops={r.hops} correct={r.correct}")
-                     + f" ({time.perf_counter() - t0:.0f}s)")
+            progress(
+                f"[bench-compile] L={layers} {config}: "
+                + (
+                    r.error
+                    or f"cold {r.cold_s:.1f}s warm {r.warm_s:.1f}s pass "
+                    f"{1e3 * (r.pass_s or 0):.1f}ms hops={r.hops} correct={r.correct}"
+                )
+                + f" ({time.perf_counter() - t0:.0f}s)"
+            )
     return records
 
 
 def format_table(records: list[CompileRecord]) -> str:
     by = {(r.config, r.layers): r for r in records}
-    header = ["layers", "hops", "builtin pass ms", "/hop", "autofunc pass ms", "/hop",
-              "builtin warm s", "autofunc warm s", "ratio", "builtin cold s", "autofunc cold s",
-              "ratio"]
+    header = ["layers", "hops", "builtin pass ms", "gc", "/hop-gc", "autofunc pass ms", "gc",
+              "/hop-gc", "warm s b/a", "ratio", "cold s b/a", "ratio"]  # fmt: skip
     body = []
     for layers in dict.fromkeys(r.layers for r in records):
         b, a = by.get(("builtin_v2", layers)), by.get(("autofunc_v2", layers))
         hops = next((r.hops for r in (a, b) if r is not None and r.hops), None)
-        body.append([
-            str(layers), _f(hops, "d"),
-            _ms(b and b.pass_s), _ms(b and b.pass_s, hops),
-            _ms(a and a.pass_s), _ms(a and a.pass_s, hops),
-            _f(b and b.warm_s, ".1f"), _f(a and a.warm_s, ".1f"), _ratio(a and a.warm_s, b and b.warm_s),
-            _f(b and b.cold_s, ".1f"), _f(a and a.cold_s, ".1f"), _ratio(a and a.cold_s, b and b.cold_s),
-        ])
+        row = [str(layers), _f(hops, "d")]
+        for r in (b, a):
+            no_gc = None if r is None or r.pass_s is None else r.pass_s - (r.pass_gc_s or 0.0)
+            row += [_ms(r and r.pass_s), _ms(r and r.pass_gc_s), _ms(no_gc, hops)]
+        for attr in ("warm_s", "cold_s"):
+            bs, as_ = getattr(b, attr, None), getattr(a, attr, None)
+            row += [f"{_f(bs, '.1f')}/{_f(as_, '.1f')}", _ratio(as_, bs)]
+        body.append(row)
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    line = lambda row: "  ".join(c.rjust(w) for c, w in zip(row, widths))  # noqa: E731
+
+    def line(row: list[str]) -> str:
+        return "  ".join(c.rjust(w) for c, w in zip(row, widths))
+
     out = [line(header), line(["-" * w for w in widths]), *map(line, body)]
     out += [f"  L={r.layers} {r.config}: {r.error}" for r in records if r.error]
-    out += [f"  L={r.layers} {r.config}: result differs from eager" for r in records
-            if r.correct is False]
-    out.append("builtin pass = reinplace_inplaceable_ops + decompose_auto_functionalized; autofunc "
-               "pass = autofunc.inductor.reinplace (analysis + rewrite); both from the warm compile. "
-               "warm/cold: end-to-end first call with the kernel cache full/empty, each in a fresh "
-               "process; ratio = autofunc / builtin.")
+    out += [
+        f"  L={r.layers} {r.config}: result differs from eager"
+        for r in records
+        if r.correct is False
+    ]
+    out.append(
+        "builtin pass = reinplace_inplaceable_ops + decompose_auto_functionalized; autofunc "
+        "pass = autofunc.inductor.reinplace (analysis + rewrite); both from the warm compile, "
+        "gc = the part of it Python's garbage collector took, /hop-gc = the rest per HOP node. "
+        "warm/cold: end-to-end first call "
+        "(builtin/autofunc) with the kernel cache full/empty, each in a fresh process; "
+        "ratio = autofunc / builtin."
+    )
     return "\n".join(out)
 
 
@@ -260,8 +348,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", default="8,32,64,128", help="comma-separated layer counts")
     ap.add_argument("--json", default="", help="write the records here")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per compile subprocess")
-    ap.add_argument("--budget", type=float, default=None,
-                    help="start no new layer count after this many seconds")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="start no new layer count after this many seconds",
+    )
     ap.add_argument("--device", default="cpu", help="cpu (C++ kernels) or cuda (Triton kernels)")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--phase", default="cold", choices=("cold", "warm"), help=argparse.SUPPRESS)
@@ -277,8 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         from .report import write_json
 
-        write_json(args.json, records, kind="compile_time",
-                   sweep={"layers": layer_counts, "model": CONFIG, "device": args.device})
+        write_json(
+            args.json,
+            records,
+            kind="compile_time",
+            sweep={"layers": layer_counts, "model": CONFIG, "device": args.device},
+        )
     return 0
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from ..kernels import (
     fused_add_rms_norm_op,
@@ -30,7 +30,7 @@ from ..kernels import (
     rotary_embedding_op,
 )
 
-__all__ = ["ModelConfig", "TinyDecoder", "Inputs", "make_inputs", "MUTABLE_OPS"]
+__all__ = ["MUTABLE_OPS", "Inputs", "ModelConfig", "TinyDecoder", "make_inputs"]
 
 # The custom ops the model calls; each mutates some of its arguments.
 MUTABLE_OPS = (
@@ -78,12 +78,18 @@ class TinyDecoder(nn.Module):
     config are identical on every device.
     """
 
-    def __init__(self, config: ModelConfig, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        config: ModelConfig,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ):
         super().__init__()
         c = self.config = config
         if c.heads % c.kv_heads or c.head_dim % 2:
-            raise ValueError(f"TinyDecoder: heads must be a multiple of kv_heads and head_dim even, got {c}")
+            raise ValueError(
+                f"TinyDecoder: heads must be a multiple of kv_heads and head_dim even, got {c}"
+            )
         gen = torch.Generator().manual_seed(c.seed)
 
         def weight(*shape: int, scale: float) -> nn.Parameter:
@@ -94,14 +100,20 @@ class TinyDecoder(nn.Module):
         self.layers = nn.ModuleList()
         for _ in range(c.layers):
             layer = nn.Module()
-            layer.norm = nn.Parameter(torch.ones(c.hidden, device=device, dtype=dtype), requires_grad=False)
+            layer.norm = nn.Parameter(
+                torch.ones(c.hidden, device=device, dtype=dtype), requires_grad=False
+            )
             layer.qkv = weight(c.hidden, q + 2 * kv, scale=c.hidden**-0.5)
             layer.o = weight(q, c.hidden, scale=q**-0.5)
             layer.gate_up = weight(c.hidden, 2 * c.intermediate, scale=c.hidden**-0.5)
             layer.down = weight(c.intermediate, c.hidden, scale=c.intermediate**-0.5)
             self.layers.append(layer)
-        self.final_norm = nn.Parameter(torch.ones(c.hidden, device=device, dtype=dtype), requires_grad=False)
-        self.register_buffer("cos_sin_cache", _cos_sin_cache(c.max_position, c.head_dim).to(device, dtype))
+        self.final_norm = nn.Parameter(
+            torch.ones(c.hidden, device=device, dtype=dtype), requires_grad=False
+        )
+        self.register_buffer(
+            "cos_sin_cache", _cos_sin_cache(c.max_position, c.head_dim).to(device, dtype)
+        )
 
     def forward(
         self,
@@ -115,7 +127,11 @@ class TinyDecoder(nn.Module):
         c = self.config
         num_tokens = hidden.shape[0]
         q_width, kv_width = c.heads * c.head_dim, c.kv_heads * c.head_dim
-        x = hidden.clone()  # the step's own activations; the caller's input is left alone
+        # The step's own activations, so the caller's `hidden` is left alone. Note: Inductor's
+        # remove_noop_ops drops this clone before post-grad custom passes run, so under Inductor
+        # autofunc's pass sees the first fused_add_rms_norm write the graph input and keeps one
+        # clone of it (the bytes eager's clone costs anyway; aot_eager keeps the clone instead).
+        x = hidden.clone()
         residual = torch.zeros_like(hidden)
         for index, layer in enumerate(self.layers):
             fused_add_rms_norm_op(x, residual, layer.norm, c.eps)
@@ -130,10 +146,17 @@ class TinyDecoder(nn.Module):
                 v_cache,
                 slot_mapping,
             )
-            out = torch.empty(num_tokens, c.heads, c.head_dim, device=hidden.device, dtype=hidden.dtype)
+            out = torch.empty(
+                num_tokens, c.heads, c.head_dim, device=hidden.device, dtype=hidden.dtype
+            )
             paged_decode_attention_op(
-                out, q.view(num_tokens, c.heads, c.head_dim), k_cache, v_cache,
-                block_tables, seq_lens, c.head_dim**-0.5,
+                out,
+                q.view(num_tokens, c.heads, c.head_dim),
+                k_cache,
+                v_cache,
+                block_tables,
+                seq_lens,
+                c.head_dim**-0.5,
             )
             x = out.view(num_tokens, q_width) @ layer.o
             gate, up = (x @ layer.gate_up).chunk(2, dim=-1)
@@ -166,12 +189,13 @@ class Inputs:
     def args(self) -> tuple[torch.Tensor, ...]:
         return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
 
-    def clone(self) -> "Inputs":
+    def clone(self) -> Inputs:
         return Inputs(*(t.clone() for t in self.args()))
 
 
-def make_inputs(config: ModelConfig, device: str | torch.device = "cpu",
-                dtype: torch.dtype = torch.float32) -> Inputs:
+def make_inputs(
+    config: ModelConfig, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> Inputs:
     """Deterministic decode-step inputs: a pre-filled cache, one new token per sequence.
 
     Sequence ``s`` owns blocks ``[s * max_blocks, (s + 1) * max_blocks)``; its length (after
@@ -180,16 +204,24 @@ def make_inputs(config: ModelConfig, device: str | torch.device = "cpu",
     """
     c = config
     if c.batch * c.max_blocks > c.num_blocks:
-        raise ValueError(f"make_inputs: {c.batch} sequences need at least {c.batch} cache blocks, got {c}")
+        raise ValueError(
+            f"make_inputs: {c.batch} sequences need at least {c.batch} cache blocks, got {c}"
+        )
     gen = torch.Generator().manual_seed(c.seed + 1)
     hidden = torch.randn(c.batch, c.hidden, generator=gen)
     # The cache can be GiBs: drawn where it lives (so its values differ between devices).
     cache_gen = torch.Generator(device).manual_seed(c.seed + 2)
     kv_cache = torch.randn(c.cache_shape(), generator=cache_gen, device=device, dtype=dtype)
-    block_tables = torch.arange(c.batch * c.max_blocks, dtype=torch.int32).view(c.batch, c.max_blocks)
-    seq_lens = torch.randint(1, c.max_blocks * c.block_size + 1, (c.batch,), generator=gen, dtype=torch.int32)
+    block_tables = torch.arange(c.batch * c.max_blocks, dtype=torch.int32).view(
+        c.batch, c.max_blocks
+    )
+    seq_lens = torch.randint(
+        1, c.max_blocks * c.block_size + 1, (c.batch,), generator=gen, dtype=torch.int32
+    )
     positions = (seq_lens - 1).long()
-    slot_mapping = block_tables[torch.arange(c.batch), positions // c.block_size].long() * c.block_size
+    slot_mapping = (
+        block_tables[torch.arange(c.batch), positions // c.block_size].long() * c.block_size
+    )
     slot_mapping += positions % c.block_size
     return Inputs(
         hidden.to(device, dtype),

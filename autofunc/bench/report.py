@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..passes.report import format_bytes
 from .env import environment
 
-__all__ = ["format_table", "write_json", "plot", "SCHEMA"]
+__all__ = ["SCHEMA", "format_table", "plot", "write_json"]
 
 SCHEMA = "autofunc.bench/1"
 
@@ -37,16 +38,36 @@ def format_table(records: Iterable[Any]) -> str:
     """One line per record (``Record`` objects or their dicts), grouped by case and sizes."""
     rows = [r if isinstance(r, dict) else dataclasses.asdict(r) for r in records]
     x_names = list(dict.fromkeys(k for r in rows for k in r["x"]))
-    header = ["case", *x_names, "cache", "strategy", "result", "clones", "cloned",
-              "mem>eager", "time/eager", "compile", "rss>base"]
+    header = [
+        "case",
+        *x_names,
+        "cache",
+        "strategy",
+        "result",
+        "clones",
+        "cloned",
+        "mem>eager",
+        "time/eager",
+        "compile",
+        "rss>base",
+    ]
     body = []
     for r in rows:
-        body.append([
-            r["case"], *(str(r["x"].get(k, "")) for k in x_names), _cell_bytes(r["cache_bytes"] or None),
-            r["strategy"], _result(r), _cell(r["clones"], "d"), _cell_bytes(r["bytes_cloned"]),
-            _cell_bytes(r["mem_above_eager"]), _cell(r["time_ratio"], ".2f", "x"),
-            _cell(r["compile_s"], ".1f", "s"), _cell_bytes(r["rss_above_baseline"]),
-        ])
+        body.append(
+            [
+                r["case"],
+                *(str(r["x"].get(k, "")) for k in x_names),
+                _cell_bytes(r["cache_bytes"] or None),
+                r["strategy"],
+                _result(r),
+                _cell(r["clones"], "d"),
+                _cell_bytes(r["bytes_cloned"]),
+                _cell_bytes(r["mem_above_eager"]),
+                _cell(r["time_ratio"], ".2f", "x"),
+                _cell(r["compile_s"], ".1f", "s"),
+                _cell_bytes(r["rss_above_baseline"]),
+            ]
+        )
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
 
     def line(row: list[str]) -> str:
@@ -112,14 +133,22 @@ def plot(json_path: str, png_path: str) -> None:
         for i, strategy in enumerate(strategies):
             pts = sorted(
                 (_cache_mib(r), r["mem_above_eager"] / 2**20, bool(r["correct"]))
-                for r in records if r["case"] == case and r["strategy"] == strategy
+                for r in records
+                if r["case"] == case and r["strategy"] == strategy
             )
             if not pts:
                 continue
-            xs, ys, ok = zip(*pts)
+            xs, ys, _ok = zip(*pts)
             marker, dashes = styles[i % len(styles)]
-            (line,) = ax.plot(xs, ys, marker=marker, linestyle=dashes, label=strategy,
-                              markersize=8 - i, alpha=0.85)
+            (line,) = ax.plot(
+                xs,
+                ys,
+                marker=marker,
+                linestyle=dashes,
+                label=strategy,
+                markersize=8 - i,
+                alpha=0.85,
+            )
             hollow = [(x, y) for x, y, good in pts if not good]
             if hollow:
                 ax.scatter(*zip(*hollow), s=80, facecolors="none", edgecolors=line.get_color())
@@ -131,12 +160,15 @@ def plot(json_path: str, png_path: str) -> None:
         if sizes and max(sizes) / min(sizes) > 8:
             ax.set_xscale("log", base=2)
         ax.grid(True, alpha=0.3)
-    for ax in list(axes.flat)[len(case_names):]:
+    for ax in list(axes.flat)[len(case_names) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize="small")
     env = doc.get("env", {})
-    fig.suptitle(f"autofunc bench: {env.get('device', '')}, torch {env.get('torch', '')} "
-                 f"(hollow: wrong result)", fontsize="medium")
+    fig.suptitle(
+        f"autofunc bench: {env.get('device', '')}, torch {env.get('torch', '')} "
+        f"(hollow: wrong result)",
+        fontsize="medium",
+    )
     fig.tight_layout()
     fig.savefig(png_path, dpi=100)
     plt.close(fig)

@@ -33,7 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -84,8 +85,9 @@ def point_key(case: str, xs: dict[str, Any], strategy: str) -> str:
 # -- one point, in this process ------------------------------------------------------------------
 
 
-def measure_point(sweep: Sweep, case: str, xs: dict[str, Any], strategy: str, *,
-                  rss: bool = False) -> Record:
+def measure_point(
+    sweep: Sweep, case: str, xs: dict[str, Any], strategy: str, *, rss: bool = False
+) -> Record:
     """Measure one point in this process (steps 1-5 of the module docstring).
 
     ``rss``: record resident-set figures (only meaningful in a process of the point's own).
@@ -102,7 +104,7 @@ def measure_point(sweep: Sweep, case: str, xs: dict[str, Any], strategy: str, *,
             torch.set_num_threads(sweep.cpu_threads)
         with _compile_config(strategy):
             _measure(sweep, program, strategy, record, rss)
-    except Exception as e:  # a failure of the program under this strategy is a result
+    except Exception as e:  # noqa: BLE001 - a failure under this strategy is a result
         record.error = _first_line(e)
     finally:
         for r in regs:
@@ -127,24 +129,29 @@ def _compile_config(strategy: str) -> contextlib.ExitStack:
     import torch._inductor.config as inductor_config
 
     stack = contextlib.ExitStack()
-    stack.enter_context(inductor_config.patch(
-        enable_auto_functionalized_v2=STRATEGIES[strategy][1],
-        fx_graph_cache=False,
-        # Compile kernels in the point's own process: a fresh worker pool per point would
-        # cost more than it saves, and serial builds keep compile times comparable.
-        compile_threads=1,
-    ))
+    stack.enter_context(
+        inductor_config.patch(
+            enable_auto_functionalized_v2=STRATEGIES[strategy][1],
+            fx_graph_cache=False,
+            # Compile kernels in the point's own process: a fresh worker pool per point would
+            # cost more than it saves, and serial builds keep compile times comparable.
+            compile_threads=1,
+        )
+    )
     stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
     return stack
 
 
-def _measure(sweep: Sweep, program: cases.Program, strategy: str, record: Record, rss: bool) -> None:
+def _measure(
+    sweep: Sweep, program: cases.Program, strategy: str, record: Record, rss: bool
+) -> None:
     compiled, args, eager_args = _compile_and_check(sweep, program, strategy, record)
     _time_and_memory(sweep, program.fn, eager_args, compiled, args, record, rss)
 
 
-def _compile_and_check(sweep: Sweep, program: cases.Program, strategy: str,
-                       record: Record) -> tuple[Callable, tuple, tuple]:
+def _compile_and_check(
+    sweep: Sweep, program: cases.Program, strategy: str, record: Record
+) -> tuple[Callable, tuple, tuple]:
     """Steps 2-3: eager reference, compile (first call), correctness, clones left."""
     from torch._dynamo.utils import counters
 
@@ -176,20 +183,29 @@ def _compile_and_check(sweep: Sweep, program: cases.Program, strategy: str,
         record.clones = sum(r.num_clones for r in reports)
         record.bytes_cloned = sum(r.bytes_cloned for r in reports)
     elif is_compiled:
-        record.clones = int(counters["inductor"].get("possibly_missed_reinplacing_opportunities", 0))
+        record.clones = int(
+            counters["inductor"].get("possibly_missed_reinplacing_opportunities", 0)
+        )
     else:
         record.clones = 0
     return compiled, args, eager_args
 
 
-def _time_and_memory(sweep: Sweep, fn: Callable, eager_args: tuple, compiled: Callable,
-                     args: tuple, record: Record, rss: bool) -> None:
+def _time_and_memory(
+    sweep: Sweep,
+    fn: Callable,
+    eager_args: tuple,
+    compiled: Callable,
+    args: tuple,
+    record: Record,
+    rss: bool,
+) -> None:
     """Steps 4-5: step times (eager and compiled, this process), resident set, bytes per call."""
     from .measure import measure_memory, median_time
 
     device, is_compiled = sweep.device, compiled is not fn
     step_eager, step = _stepper(fn, eager_args), _stepper(compiled, args)
-    timing = dict(warmup=sweep.warmup, repeat=sweep.repeat, device=device)
+    timing = {"warmup": sweep.warmup, "repeat": sweep.repeat, "device": device}
     record.eager_time_s = median_time(step_eager, **timing)
     record.time_s = median_time(step, **timing) if is_compiled else record.eager_time_s
     record.time_ratio = record.time_s / record.eager_time_s if record.eager_time_s else None
@@ -311,8 +327,9 @@ def _in_child(fn: Callable[[], dict], timeout_s: float) -> tuple[dict | None, st
     return result, ""
 
 
-def _measure_isolated(sweep: Sweep, case: str, xs: dict[str, Any], strategy: str,
-                      baseline: dict[tuple, int]) -> Record:
+def _measure_isolated(
+    sweep: Sweep, case: str, xs: dict[str, Any], strategy: str, baseline: dict[tuple, int]
+) -> Record:
     if not hasattr(os, "fork"):
         return measure_point(sweep, case, xs, strategy)  # the worker is the point's process
     key = (case, tuple(xs.items()))
@@ -320,7 +337,8 @@ def _measure_isolated(sweep: Sweep, case: str, xs: dict[str, Any], strategy: str
         result, _ = _in_child(lambda: {"rss": _baseline_rss(sweep, case, xs)}, sweep.timeout_s)
         baseline[key] = result["rss"] if result else None
     result, why = _in_child(
-        lambda: dataclasses.asdict(measure_point(sweep, case, xs, strategy, rss=True)), sweep.timeout_s
+        lambda: dataclasses.asdict(measure_point(sweep, case, xs, strategy, rss=True)),
+        sweep.timeout_s,
     )
     if result is None:
         return _failed(sweep, case, xs, strategy, why)
@@ -333,7 +351,7 @@ def _measure_isolated(sweep: Sweep, case: str, xs: dict[str, Any], strategy: str
 def _worker(spec: dict) -> None:
     sweep = _sweep_from_json(spec["sweep"])
     # Imports the children inherit, so that no point pays for them (no compute: see docstring).
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo
     import torch._inductor.compile_fx  # noqa: F401
 
     import autofunc  # noqa: F401
@@ -385,15 +403,19 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] = print) -> list[Rec
     return records
 
 
-def _run_worker(sweep: Sweep, todo: list, records: list[Record], progress: Callable,
-                total: int) -> tuple[str | None, int]:
+def _run_worker(
+    sweep: Sweep, todo: list, records: list[Record], progress: Callable, total: int
+) -> tuple[str | None, int]:
     spec = {"sweep": dataclasses.asdict(sweep), "points": todo}
     # The children's stderr (compile warnings, profiler chatter) goes to a file, shown only if
     # the worker fails before measuring anything.
     with tempfile.TemporaryFile("w+") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "-m", "autofunc.bench.run", "--worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
             env=dict(os.environ),
         )
         proc.stdin.write(json.dumps(spec))
@@ -421,9 +443,11 @@ def progress_line(r: Record, index: int, total: int) -> str:
     if r.error:
         status = f"ERROR {r.error}"
     else:
-        status = (f"{'ok' if r.correct else 'WRONG'} clones={r.clones} "
-                  f"+mem={r.mem_above_eager} B time={_fmt(r.time_ratio, '.2f')}x "
-                  f"compile={_fmt(r.compile_s, '.1f')}s")
+        status = (
+            f"{'ok' if r.correct else 'WRONG'} clones={r.clones} "
+            f"+mem={r.mem_above_eager} B time={_fmt(r.time_ratio, '.2f')}x "
+            f"compile={_fmt(r.compile_s, '.1f')}s"
+        )
     return f"[bench {index}/{total}] {r.key}: {status} ({_fmt(r.wall_s, '.1f')}s)"
 
 

@@ -9,14 +9,15 @@ measuring, no printing.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
 from .cases import CASES
 from .model import ModelConfig
 
-__all__ = ["Sweep", "STRATEGIES", "SWEEPS", "QUICK", "FULL", "GPU"]
+__all__ = ["FULL", "GPU", "QUICK", "STRATEGIES", "SWEEPS", "Sweep"]
 
 # strategy -> (autofunc strategy or None for PyTorch's own handling,
 #              Inductor's ``enable_auto_functionalized_v2``, compiled?)
@@ -55,7 +56,9 @@ class Sweep:
 
     def __post_init__(self) -> None:
         if self.line_arg != "strategy":
-            raise ValueError(f"Sweep {self.name!r}: line_arg must be 'strategy', got {self.line_arg!r}")
+            raise ValueError(
+                f"Sweep {self.name!r}: line_arg must be 'strategy', got {self.line_arg!r}"
+            )
         unknown = [s for s in self.lines if s not in STRATEGIES]
         unknown += [c for c in self.cases if c not in CASES]
         fields = {f.name for f in dataclasses.fields(ModelConfig)}
@@ -67,7 +70,9 @@ class Sweep:
             )
         bad = [v for v in self.x_vals if len(v) != len(self.x_names)]
         if bad:
-            raise ValueError(f"Sweep {self.name!r}: x_vals {bad} do not match x_names {self.x_names}")
+            raise ValueError(
+                f"Sweep {self.name!r}: x_vals {bad} do not match x_names {self.x_names}"
+            )
 
     def config(self, xs: dict[str, Any]) -> ModelConfig:
         """The model configuration at one point ``{x_name: value}``."""
@@ -84,7 +89,7 @@ class Sweep:
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
 
-    def replace(self, **changes: Any) -> "Sweep":
+    def replace(self, **changes: Any) -> Sweep:
         return dataclasses.replace(self, **changes)
 
 
@@ -107,8 +112,14 @@ GPU = Sweep(
     name="gpu",
     x_names=("cache_blocks", "layers"),
     x_vals=((2048, 8), (8192, 8)),
-    args={"hidden": 1024, "heads": 8, "kv_heads": 8, "head_dim": 128, "batch": 32,
-          "intermediate": 2048},
+    args={
+        "hidden": 1024,
+        "heads": 8,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "batch": 32,
+        "intermediate": 2048,
+    },
     device="cuda",
     dtype="bfloat16",
     warmup=5,

@@ -28,7 +28,6 @@ from ..schema import OpInfo
 __all__ = [
     "AutofuncHOP",
     "clone_exact",
-    "keeps_offset",
     "geometry_known",
     "get_base",
     "may_overlap",
@@ -75,42 +74,18 @@ def normalize_args(op: OpOverload, args: tuple, kwargs: dict) -> dict[str, Any]:
     return out
 
 
-def clone_exact(t: torch.Tensor, keep_offset: bool = False) -> torch.Tensor:
-    """A fresh copy of ``t`` with exactly its size and stride.
+def clone_exact(t: torch.Tensor) -> torch.Tensor:
+    """A fresh copy of ``t`` with exactly its size and stride (its storage offset becomes 0).
 
     Custom ops default to ``needs_exact_strides``, so a clone handed to one must have the strides
-    eager would pass. Unlike a storage-level clone it copies only the elements ``t`` covers. The
-    storage offset becomes 0, unless ``keep_offset``: then the copy sits at ``t``'s offset in a
-    storage whose first ``offset`` elements are allocated but never written (Note [Bases that
-    keep their offset]).
+    eager would pass. Unlike a storage-level clone it copies only the elements ``t`` covers (for
+    an overlapping or gappy ``t``, the storage span between its first and last element).
     """
-    overlapping = any(
-        _known_true(st == 0) and _known_true(sz > 1) for sz, st in zip(t.shape, t.stride())
-    )
-    offset = t.storage_offset() if keep_offset else 0
-    if not overlapping and not keep_offset:
-        new = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-        return new.copy_(t)
+    if t.is_contiguous():
+        return t.clone()
     extent = 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
-    flat = torch.empty(offset + extent, dtype=t.dtype, device=t.device)
-    # Copy the storage span t covers (an overlapping t cannot be the target of copy_).
-    flat[offset:].copy_(t.as_strided((extent,), (1,), t.storage_offset()))
-    return flat.as_strided(t.shape, t.stride(), offset)
-
-
-def keeps_offset(t: torch.Tensor) -> bool:
-    """Whether the new value of ``t`` must keep ``t``'s storage offset.
-
-    Note [Bases that keep their offset]
-    Functionalization does not update a base's size/stride/offset when its value is replaced,
-    while views taken afterwards read their metadata off the new value. A base at a nonzero
-    storage offset (a graph input that is itself a view) replaced by an offset-0 clone would
-    make later views disagree with it, so its new value keeps the offset. Views (the usual
-    mutable arguments) are regenerated from their base and need nothing.
-    """
-    is_base = getattr(t, "is_base_tensor", None)
-    base = is_base() if is_base is not None else torch._is_functional_tensor_base(t)
-    return bool(base) and not _known_true(t.storage_offset() == 0)
+    span = t.as_strided((extent,), (1,), t.storage_offset()).clone()
+    return span.as_strided(t.shape, t.stride(), 0)
 
 
 def _known_true(cond: Any) -> bool:
@@ -157,15 +132,25 @@ def geometry_known(ctx: Any) -> bool:
     return isinstance(ctx, PythonFunctionalizeAPI)
 
 
-def may_overlap(a: torch.Tensor, b: torch.Tensor, trust_geometry: bool = True) -> bool:
-    """Whether two tensors of one functional program may share memory (conservative)."""
+def may_overlap(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two mutable tensors of one functional call may share memory (conservative).
+
+    Geometry is read off the tensors' current values (``ctx.unwrap_tensors``), not off the
+    functional wrappers: a base whose value was replaced (by an in-place op or an earlier call)
+    keeps its old size/stride/offset, while views taken since describe the new value.
+    """
+    trust_geometry = geometry_known(ctx)
     base = get_base(a)
     if base is get_base(b) and trust_geometry:
-        return tensors_may_overlap(a, b, base)
+        ia, ib, ibase = ctx.unwrap_tensors((a, b, base))
+        return tensors_may_overlap(ia, ib, ibase)
     # Different bases, or unknown ones (Note [Bases in inference mode]): only the storage tells.
     if not same_storage(a, b):
         return False
-    return not trust_geometry or overlaps(region_of_storage(a), region_of_storage(b))
+    if not trust_geometry:
+        return True
+    ia, ib = ctx.unwrap_tensors((a, b))
+    return overlaps(region_of_storage(ia), region_of_storage(ib))
 
 
 def op_outputs(info: OpInfo, out: Any) -> tuple:

@@ -14,7 +14,6 @@ from ..schema import ArgKind, OpInfo, resolve, op_info
 from .common import (
     AutofuncHOP,
     clone_exact,
-    keeps_offset,
     normalize_args,
     op_outputs,
     register_rules,
@@ -32,7 +31,6 @@ class AutoFunctionalizedV1(AutofuncHOP):
 
         op = resolve(_op)
         new = {name: clone_exact(op_kwargs[name]) for each mutable argument}  # lists elementwise
-        # (a mutable tensor listed in the optional ``_keep_offset`` keeps its storage offset)
         out = op(**{**op_kwargs, **new})
         return (*out, *new.values())   # one entry per mutable tensor, lists flattened, None skipped
 
@@ -59,12 +57,12 @@ def mutable_slots(info: OpInfo, kwargs: dict[str, Any]) -> list[tuple[str, int |
     return slots
 
 
-def _v1_dense(_op: str, _keep_offset: tuple = (), **kwargs: Any) -> tuple:
+def _v1_dense(_op: str, **kwargs: Any) -> tuple:
     info = op_info(resolve(_op))
     new_kwargs = dict(kwargs)
     new_values = []
     for k, (name, index, value) in enumerate(mutable_slots(info, kwargs)):
-        new = clone_exact(value, keep_offset=k in _keep_offset)
+        new = clone_exact(value)
         new_values.append(new)
         if index is None:
             new_kwargs[name] = new
@@ -85,11 +83,8 @@ def functionalize_v1(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     info = op_info(op)
     kw = normalize_args(op, args, kwargs)
     unwrapped = ctx.unwrap_tensors(kw)
-    keep = tuple(k for k, (_, _, t) in enumerate(mutable_slots(info, kw)) if keeps_offset(t))
     with ctx.redispatch_to_next():
-        flat = auto_functionalized_v1(
-            info.qualname, **unwrapped, **({"_keep_offset": keep} if keep else {})
-        )
+        flat = auto_functionalized_v1(info.qualname, **unwrapped)
     outs, new_values = flat[: info.num_returns], flat[info.num_returns :]
     for (_, _, old), new in zip(mutable_slots(info, kw), new_values, strict=True):
         write_back(ctx, old, new)

@@ -21,7 +21,6 @@ from .common import (
     clone_exact,
     geometry_known,
     get_base,
-    keeps_offset,
     normalize_args,
     same_storage,
     op_outputs,
@@ -40,7 +39,7 @@ class AutoFunctionalizedV2(AutofuncHOP):
     Semantics, as plain Python::
 
         op = resolve(_op)
-        new_bases = [clone_exact(b, keep_offset=i in _keep_offset) for i, b in enumerate(_bases)]
+        new_bases = [clone_exact(b) for b in _bases]
         args = {name: regenerate(view, new_bases) for each mutable argument}  # see decode_views
         out = op(**other_kwargs, **args)
         return (*out, *new_bases)
@@ -48,8 +47,6 @@ class AutoFunctionalizedV2(AutofuncHOP):
     ``_views`` has one entry per mutable argument of the schema: ``None`` (an optional argument
     passed ``None``), ``(base_index, chain)`` for a tensor, or a tuple of those for a list;
     ``chain`` is ``views.encode_chain`` of the view that regenerates the argument from its base.
-    ``_keep_offset`` (optional) lists the bases whose new value keeps their storage offset
-    (Note [Bases that keep their offset]).
 
     Note [Why v2 clones bases]
     Cloning the argument (v1) leaves a view's mutation to be scattered back into its base by
@@ -108,11 +105,9 @@ def _rebase(chain: views.ViewChain, delta: Any) -> views.ViewChain:
     return views.ViewChain(steps)
 
 
-def _v2_dense(
-    _op: str, _bases: list, _views: tuple, _keep_offset: tuple = (), **kwargs: Any
-) -> tuple:
+def _v2_dense(_op: str, _bases: list, _views: tuple, **kwargs: Any) -> tuple:
     info = op_info(resolve(_op))
-    new_bases = [clone_exact(b, i in _keep_offset) for i, b in enumerate(_bases)]
+    new_bases = [clone_exact(b) for b in _bases]
     new_kwargs = dict(kwargs)
     for name, view in decode_views(info, _views).items():
         if isinstance(view, list):
@@ -132,6 +127,7 @@ class _Bases:
     """
 
     def __init__(self, ctx: Any, tensors: list[torch.Tensor]) -> None:
+        self.ctx = ctx
         self.tensors: list[torch.Tensor] = []
         self._base_of: dict[int, torch.Tensor] = {}
         groups: list[list[torch.Tensor]] = []
@@ -143,7 +139,7 @@ class _Bases:
                 group.append(t)
         for group in groups:
             bases = {id(get_base(t)): get_base(t) for t in group}
-            if len(bases) == 1 or not _any_overlap(group, geometry_known(ctx)):
+            if len(bases) == 1 or not _any_overlap(ctx, group):
                 for t in group:
                     self._base_of[id(t)] = get_base(t)
                 continue
@@ -159,15 +155,17 @@ class _Bases:
         else:
             self.tensors.append(base)
             i = len(self.tensors) - 1
-        chain = _rebase(views.infer_view_of(base, t), -base.storage_offset())
-        return (i, views.encode_chain(chain))
+        # The current values, not the wrappers, carry consistent geometry (see may_overlap).
+        inner_base, inner_t = self.ctx.unwrap_tensors((base, t))
+        chain = views.infer_view_of(inner_base, inner_t)
+        return (i, views.encode_chain(_rebase(chain, -inner_base.storage_offset())))
 
 
-def _any_overlap(group: list[torch.Tensor], trust_geometry: bool) -> bool:
+def _any_overlap(ctx: Any, group: list[torch.Tensor]) -> bool:
     """Whether two tensors of one storage may overlap, judged from their storage offsets alone."""
-    if not trust_geometry:
+    if not geometry_known(ctx):
         return True
-    flat = [regions.region_of_storage(t) for t in group]
+    flat = [regions.region_of_storage(t) for t in ctx.unwrap_tensors(list(group))]
     return any(regions.overlaps(a, b) for a, b in itertools.combinations(flat, 2))
 
 
@@ -205,18 +203,12 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
             info.qualname,
             _bases=ctx.unwrap_tensors(bases.tensors),
             _views=tuple(wire),
-            **_keep_offset_kwarg(i for i, b in enumerate(bases.tensors) if keeps_offset(b)),
             **unwrapped,
         )
     outs, new_bases = flat[: info.num_returns], flat[info.num_returns :]
     for old, new in zip(bases.tensors, new_bases, strict=True):
         write_back(ctx, old, new)
     return ctx.wrap_tensors(unpack_outputs(info, outs))
-
-
-def _keep_offset_kwarg(indices: Any) -> dict:
-    keep = tuple(indices)
-    return {"_keep_offset": keep} if keep else {}
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:

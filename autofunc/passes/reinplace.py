@@ -24,7 +24,7 @@ from ..hops.v1 import auto_functionalized_v1, mutable_slots
 from ..hops.v2 import _rebase, auto_functionalized_v2, decode_views
 from ..schema import ArgKind, OpInfo, op_info, resolve
 from .alias import AliasAnalysis
-from ..regions import Region
+from ..regions import Region, overlaps
 from .report import CallReport, Decision, Reason, Report
 
 __all__ = ["reinplace", "HOP_STRATEGY"]
@@ -78,9 +78,9 @@ def reinplace(
         enable: ``False`` only decomposes the HOPs, cloning every buffer.
         is_inference: whether ``gm`` is an inference graph; ``None`` (unknown) is treated as a
             training graph for rule (4).
-        for_inductor: emit clones the way Inductor lowers soundly (Note [Clones for Inductor]),
-            and clone a buffer two aliasing mutable arguments share unless it is a graph input
-            (``Reason.ALIASED_ARGS``).
+        for_inductor: emit clones and aliased arguments the way Inductor lowers soundly
+            (Note [Clones for Inductor]), and keep the clone of a buffer that Inductor may read
+            lazily after the write (``Reason.LAZY_READ``, Note [Lazy reads under Inductor]).
 
     Returns:
         A :class:`Report` with one :class:`CallReport` per HOP call.
@@ -135,14 +135,12 @@ class _Buffer:
     out_index: int  # index into the HOP's flat outputs
     args: list[str]  # labels of the mutable arguments regenerated from it
     chains: list[views.ViewChain]  # the (offset-relative) chain of each
-    keep_offset: bool = False  # a clone keeps its storage offset (Note [Bases that keep ...])
 
 
 def _buffers(node: fx.Node, info: OpInfo) -> list[_Buffer]:
     if node.target is auto_functionalized_v2:
         bases = node.kwargs["_bases"]
-        keep = node.kwargs.get("_keep_offset", ())
-        bufs = [_Buffer(b, info.num_returns + i, [], [], i in keep) for i, b in enumerate(bases)]
+        bufs = [_Buffer(b, info.num_returns + i, [], []) for i, b in enumerate(bases)]
         for name, view in decode_views(info, node.kwargs["_views"]).items():
             items = view if isinstance(view, list) else [view]
             for i, v in enumerate(items):
@@ -152,12 +150,8 @@ def _buffers(node: fx.Node, info: OpInfo) -> list[_Buffer]:
                     bufs[v.base_index].chains.append(v.chain)
         return bufs
     slots = mutable_slots(info, node.kwargs)
-    keep = node.kwargs.get("_keep_offset", ())
     return [
-        _Buffer(
-            t, info.num_returns + k, [name if i is None else f"{name}[{i}]"], [views.ViewChain()],
-            k in keep,
-        )
+        _Buffer(t, info.num_returns + k, [name if i is None else f"{name}[{i}]"], [views.ViewChain()])
         for k, (name, i, t) in enumerate(slots)
     ]
 
@@ -215,8 +209,6 @@ def _decide(ctx: _Pass, node: fx.Node, info: OpInfo, buf: _Buffer, bufs: list[_B
             return Reason.GRAPH_INPUT, root.name
         if ctx.training and any(analysis.same_memory(o, final) for o in ctx.outputs):
             return Reason.SAVED_OUTPUT, root.name
-    elif ctx.for_inductor and _aliased_args(analysis, buf, written):
-        return Reason.ALIASED_ARGS, f"{', '.join(buf.args)} of {buf.node.name}"
     elif ctx.for_inductor and analysis.read_before_used_after(node, buf.node):
         # Note [Lazy reads under Inductor]: Inductor may compute a pointwise read of an
         # intermediate buffer only when its result is needed, which can be after an opaque op
@@ -229,11 +221,45 @@ def _decide(ctx: _Pass, node: fx.Node, info: OpInfo, buf: _Buffer, bufs: list[_B
     return Reason.INPLACE, ""
 
 
-def _aliased_args(analysis: AliasAnalysis, buf: _Buffer, written: list) -> bool:
+def _aliased_args(buf: _Buffer, written: list) -> bool:
     """Whether two of the arguments regenerated from ``buf`` overlap."""
-    from ..regions import overlaps
-
     return any(overlaps(a, b) for i, a in enumerate(written) for b in written[i + 1 :])
+
+
+def _pin_layout(ctx: _Pass, buf: fx.Node) -> fx.Node:
+    """An ``as_strided`` alias of ``buf`` with its own size, stride and offset.
+
+    Inductor gives the input of an ``as_strided`` exactly the strides the graph records, so the
+    aliasing arguments regenerated from this alias are views of one fixed buffer (Note [Clones
+    for Inductor]); without it Inductor would copy each of them separately.
+    """
+    if buf.op == "placeholder":  # a graph input's layout is fixed already
+        return buf
+    val = buf.meta["val"]
+    offset = _storage_offset(ctx, buf)
+    return _emit(ctx, _aten.as_strided.default, (buf, list(val.shape), list(val.stride()), offset))
+
+
+def _storage_offset(ctx: _Pass, node: fx.Node) -> Any:
+    """``node``'s storage offset, as the graph's consumer will see it.
+
+    Note [Storage offsets]
+    Executed eagerly, a value's real offset can differ from its fake one (``slice_scatter`` of a
+    view keeps the view's offset in eager, not in its meta function), so it is read at run time
+    with ``sym_storage_offset``. Inductor lays buffers out as the fake values say, and lowers
+    ``sym_storage_offset`` of a graph input as 0 while ``as_strided`` expects the input's real
+    offset, so for Inductor the recorded offset is used.
+    """
+    offset = node.meta["val"].storage_offset()
+    if ctx.for_inductor and isinstance(offset, int):
+        return offset
+    return _emit(ctx, _aten.sym_storage_offset.default, (node,))
+
+
+def _add(ctx: _Pass, a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    return _emit(ctx, operator.add, (a, b))
 
 
 def _output_nodes(graph: fx.Graph) -> list[fx.Node]:
@@ -244,7 +270,7 @@ def _output_nodes(graph: fx.Graph) -> list[fx.Node]:
 def _other_tensor_args(node: fx.Node, info: OpInfo) -> list[fx.Node]:
     """The tensors the call reads besides its buffers (a buffer node may appear here too: that
     is exactly the aliasing this check exists for)."""
-    skip = {"_bases", "_views", "_keep_offset"} | (set() if node.target is auto_functionalized_v2 else set(info.mutable_names))
+    skip = {"_bases", "_views"} | (set() if node.target is auto_functionalized_v2 else set(info.mutable_names))
     args = {k: v for k, v in node.kwargs.items() if k not in skip}
     return [a for a in pytree.tree_leaves(args) if isinstance(a, fx.Node)]
 
@@ -288,7 +314,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
     info = op_info(resolve(node.args[0]))
     bufs = _buffers(node, info)
     analysis, graph = ctx.analysis, ctx.gm.graph
-    decisions, new_bufs = [], []
+    decisions, new_bufs, arg_bases = [], [], []
     outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
     with graph.inserting_before(node):
         for buf in bufs:
@@ -299,18 +325,19 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
             )
             log.debug("%s %s %s: %s %s", node.name, info.qualname, buf.args, reason.value, detail)
             out = outs.get(buf.out_index)
+            aliased = _aliased_args(buf, _written(analysis, buf)) if ctx.for_inductor else False
             if reason is Reason.INPLACE:
                 new_bufs.append(buf.node)
+                arg_bases.append(_pin_layout(ctx, buf.node) if aliased else buf.node)
                 if out is not None:
                     analysis.merge(buf.node, out)
             else:
-                clone = _emit_clone(
-                    ctx, buf.node, aliased=len(buf.args) > 1, keep_offset=buf.keep_offset
-                )
+                clone = _emit_clone(ctx, buf.node, aliased=aliased)
                 new_bufs.append(clone)
+                arg_bases.append(clone)
                 if out is not None:
                     analysis.track(clone, out)
-        call = _emit_call(ctx, node, info, new_bufs)
+        call = _emit_call(ctx, node, info, arg_bases)
     for index, user in outs.items():
         if index < info.num_returns:
             repl = call if info.num_returns == 1 else _getitem(graph, call, index, user)
@@ -341,52 +368,29 @@ def _emit(ctx: _Pass, target: Any, args: tuple, kwargs: dict | None = None) -> f
     return node
 
 
-def _emit_clone(
-    ctx: _Pass, src: fx.Node, *, aliased: bool = False, keep_offset: bool = False
-) -> fx.Node:
-    """A copy of ``src`` with exactly its size and strides (custom ops see eager's strides).
+def _emit_clone(ctx: _Pass, src: fx.Node, *, aliased: bool = False) -> fx.Node:
+    """``clone_exact(src)``: a copy with exactly ``src``'s size and strides.
 
     Note [Clones for Inductor]
-    ``aten.clone`` keeps the strides of a contiguous tensor; other layouts need
-    ``empty_strided`` + ``copy_``. Under Inductor two more facts matter. (1) Lowering
-    ``copy_(empty, src)`` with a realized ``src`` (a graph input, say) makes the empty buffer an
-    alias of ``src``, assuming nothing mutates it later, and the op would then write ``src``;
-    copying from ``clone(src)`` instead makes the buffer that fresh clone. (2) Inductor copies a
-    mutable argument whose buffer has no fixed layout yet, once per argument, which breaks the
-    aliasing between two arguments of one buffer; the ``empty_strided`` buffer has a fixed
-    layout. So for Inductor a non-contiguous or aliased clone is ``empty_strided`` +
-    ``copy_(·, clone(src))``, which Inductor lowers to a single buffer.
+    A contiguous tensor is copied with ``aten.clone``. Anything else is copied as the storage
+    span it covers, ``as_strided(clone(as_strided(src, [extent], [1], offset)), size, stride)``.
+    The span is one-dimensional, so no layout choice of Inductor can disagree with the strides
+    the graph records, and the clone is a fresh buffer. (``empty_strided`` + ``copy_`` is not
+    safe under Inductor: lowering ``copy_`` into a fresh buffer may make that buffer an alias of
+    the source, or re-lay it out.) Under Inductor a buffer that several aliasing arguments share
+    is also copied this way: Inductor copies an argument whose layout is not yet fixed once per
+    argument, which would break their aliasing, and an ``as_strided`` view fixes it (a buffer
+    written in place gets the same treatment through ``_pin_layout``).
     """
     val = src.meta["val"]
-    if keep_offset:
-        node = _emit_offset_clone(ctx, src)
-    elif val.is_contiguous() and not (aliased and ctx.for_inductor):
+    if val.is_contiguous() and not (aliased and ctx.for_inductor):
         node = _emit(ctx, _aten.clone.default, (src,))
     else:
-        node = _emit(
-            ctx,
-            _aten.empty_strided.default,
-            (list(val.shape), list(val.stride())),
-            {"dtype": val.dtype, "device": val.device},
-        )
-        fresh = _emit(ctx, _aten.clone.default, (src,)) if ctx.for_inductor else src
-        _emit(ctx, _aten.copy_.default, (node, fresh))
+        extent = 1 + sum((s - 1) * st for s, st in zip(val.shape, val.stride()))
+        span = _emit(ctx, _aten.as_strided.default, (src, [extent], [1], _storage_offset(ctx, src)))
+        flat = _emit(ctx, _aten.clone.default, (span,))
+        node = _emit(ctx, _aten.as_strided.default, (flat, list(val.shape), list(val.stride()), 0))
     node.meta["autofunc.clone"] = True
-    return node
-
-
-def _emit_offset_clone(ctx: _Pass, src: fx.Node) -> fx.Node:
-    """``clone_exact(src, keep_offset=True)``: a copy at ``src``'s storage offset."""
-    val = src.meta["val"]
-    offset = val.storage_offset()
-    extent = 1 + sum((s - 1) * st for s, st in zip(val.shape, val.stride()))
-    flat = _emit(
-        ctx, _aten.empty.memory_format, ([offset + extent],),
-        {"dtype": val.dtype, "device": val.device},
-    )
-    node = _emit(ctx, _aten.as_strided.default, (flat, list(val.shape), list(val.stride()), offset))
-    fresh = _emit(ctx, _aten.clone.default, (src,)) if ctx.for_inductor else src
-    _emit(ctx, _aten.copy_.default, (node, fresh))
     return node
 
 
@@ -398,13 +402,7 @@ def _emit_view(ctx: _Pass, base: fx.Node, chain: views.ViewChain) -> fx.Node:
         elif isinstance(step, views.Slice):
             node = _emit(ctx, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step))
         else:
-            offset = step.storage_offset
-            base_offset = base.meta["val"].storage_offset()
-            if isinstance(base_offset, int) and isinstance(offset, int):
-                offset = offset + base_offset
-            else:
-                sym = _emit(ctx, _aten.sym_storage_offset.default, (base,))
-                offset = _emit(ctx, operator.add, (offset, sym))
+            offset = _add(ctx, step.storage_offset, _storage_offset(ctx, base))
             size, stride = list(step.size), list(step.stride)
             node = _emit(ctx, _aten.as_strided.default, (node, size, stride, offset))
     return node
@@ -412,7 +410,7 @@ def _emit_view(ctx: _Pass, base: fx.Node, chain: views.ViewChain) -> fx.Node:
 
 def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node]) -> fx.Node:
     """The direct op call, with each mutable argument regenerated from its (new) buffer."""
-    kwargs = {k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views", "_keep_offset")}
+    kwargs = {k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views")}
     if node.target is auto_functionalized_v2:
         for name, view in decode_views(info, node.kwargs["_views"]).items():
             if isinstance(view, list):

@@ -21,7 +21,6 @@ class Reason(enum.Enum):
     GRAPH_INPUT = "a graph input whose new value is not copied back by the graph"
     SAVED_OUTPUT = "a graph input whose new value a training graph also returns (saved for backward)"
     LAZY_READ = "a value read from it earlier is used after the call (Inductor may compute it late)"
-    ALIASED_ARGS = "arguments alias it and Inductor keeps aliasing only on a fixed-layout buffer"
     VIEW_OF_INPUT = "a view of a graph input (its mutation is scattered back, not copied)"
     CONSTANT = "a constant of the module"
     NO_VALUE = "no fake value to analyse"
