@@ -20,6 +20,8 @@ __all__ = [
     "Region",
     "overlaps",
     "region_of",
+    "region_of_geometry",
+    "is_dense_root",
     "region_of_storage",
     "same_geometry",
     "tensors_may_overlap",
@@ -79,12 +81,16 @@ def overlaps(a: Region, b: Region) -> bool:
 
 def region_of(val: torch.Tensor, root_val: torch.Tensor) -> Region:
     """The region of ``root_val``'s storage that ``val`` (a view sharing it) covers."""
-    size, stride, off = tuple(val.shape), tuple(val.stride()), val.storage_offset()
+    return region_of_geometry(_geometry(val), _geometry(root_val), is_dense_root(root_val))
+
+
+def region_of_geometry(geom: tuple, root: tuple, root_dense: bool = True) -> Region:
+    """``region_of`` on (size, stride, offset) triples: the view ``geom`` of root ``root``."""
+    size, stride, off = geom
     if any(_known(s == 0) for s in size):
         return Region(off, off)
     hi = off + 1 + sum((s - 1) * abs(st) for s, st in zip(size, stride))
-    root = (tuple(root_val.shape), tuple(root_val.stride()), root_val.storage_offset())
-    if not _dense_root(root_val):
+    if not root_dense:
         return Region(off, hi)
     chain = views.infer_view(*root, size, stride, off)
     if chain.uses_as_strided:
@@ -102,7 +108,11 @@ def region_of(val: torch.Tensor, root_val: torch.Tensor) -> Region:
     return Region(off, hi, root=root, box=tuple(box))
 
 
-def _dense_root(val: torch.Tensor) -> bool:
+def _geometry(val: torch.Tensor) -> tuple:
+    return (tuple(val.shape), tuple(val.stride()), val.storage_offset())
+
+
+def is_dense_root(val: torch.Tensor) -> bool:
     """Distinct indices of the root address distinct elements (no stride-0 / overlap)."""
     return all(_known(st != 0) or _known(s <= 1) for s, st in zip(val.shape, val.stride()))
 

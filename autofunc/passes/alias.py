@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from ..regions import Region, overlaps, region_of, same_geometry
+from ..regions import Region, is_dense_root, overlaps, region_of, region_of_geometry, same_geometry
 
 __all__ = ["AliasAnalysis", "VIEW_OPS"]
 
@@ -63,8 +63,9 @@ _OVERWRITE_OPS = frozenset({torch.ops.aten.copy_.default})
 @dataclasses.dataclass
 class _Read:
     pos: int
-    node: fx.Node
-    region: Region
+    node: fx.Node  # the reader
+    arg: fx.Node  # what it reads (a view or the version's root)
+    coarse: bool = False  # the region is not known in this version's coordinates
     live_until: int = 0  # position of the reader's last user (graph outputs: the output node)
 
 
@@ -78,12 +79,13 @@ class AliasAnalysis:
         reads: per version, the reads of it in graph order.
     """
 
-    def __init__(self, graph: fx.Graph):
+    def __init__(self, graph: fx.Graph, lazy_reader: Any = None):
         self.position: dict[fx.Node, int] = {}
         self.version: dict[fx.Node, Any] = {}
         self.root: dict[Any, fx.Node] = {}
         self.reads: dict[Any, list[_Read]] = {}
         self._parent: dict[Any, Any] = {}  # union-find over versions
+        self._regions: dict[fx.Node, Region] = {}  # memo of region()
         self._members: dict[Any, list[Any]] = {}
         self._cursor: dict[Any, int] = {}
         # Versions merged from a base whose geometry differs from its version's root: their
@@ -102,12 +104,24 @@ class AliasAnalysis:
         for node in graph.nodes:
             for arg in self._read_args(node):
                 self._record_read(node, arg)
-        # per version, the running maximum of live_until over its reads in graph order
+        # When a lazily evaluated node is computed at the latest: where the first eager node
+        # (or the output) needs it, through any chain of lazy users. One reverse walk.
+        due: dict[fx.Node, int] = {}
+        for n in reversed(graph.nodes):
+            due[n] = max(
+                (due[u] if lazy_reader is None or lazy_reader(u) else self.position[u]
+                 for u in n.users),
+                default=self.position[n],
+            )
+        # per version, the running maximum of live_until over its lazy reads in graph order
         self._live_prefix: dict[Any, list[int]] = {}
         for key, reads in self.reads.items():
             running, prefix = -1, []
             for r in reads:
-                r.live_until = max((self.position[u] for u in r.node.users), default=r.pos)
+                if lazy_reader is None or lazy_reader(r.node):
+                    r.live_until = due[r.node]
+                else:
+                    r.live_until = -1
                 running = max(running, r.live_until)
                 prefix.append(running)
             self._live_prefix[key] = prefix
@@ -140,15 +154,23 @@ class AliasAnalysis:
     def _record_read(self, node: fx.Node, arg: fx.Node) -> None:
         key = self.version[arg]
         pos = self.position[node]
-        region = self.region(arg)
+        coarse = False
         copies = [(p, src) for p, src in self._overwrites.get(key, ()) if p < pos]
         if copies:
             src = max(copies, key=lambda c: c[0])[1]
             root, src_root = self.root[key], self.root[self.version[src]]
-            if not same_geometry(root.meta["val"], src_root.meta["val"]):
-                region = Region.everything()
+            coarse = not same_geometry(root.meta["val"], src_root.meta["val"])
             key = self.version[src]
-        self.reads[key].append(_Read(pos, node, region))
+        self.reads[key].append(_Read(pos, node, arg, coarse))
+
+    def _read_region(self, read: _Read) -> Region:
+        """Regions are computed on first use: most reads are never queried."""
+        if read.coarse:
+            return Region.everything()
+        region = self._regions.get(read.arg)
+        if region is None:
+            region = self._regions[read.arg] = self.region(read.arg)
+        return region
 
     # -- queries --------------------------------------------------------------------------
 
@@ -157,10 +179,12 @@ class AliasAnalysis:
         root = self.root[self.version[node]]
         return region_of(node.meta["val"], root.meta["val"])
 
-    def region_of_val(self, node: fx.Node, val: torch.Tensor) -> Region:
-        """The region ``val`` (a view of ``node``'s value) covers in ``node``'s version."""
-        root = self.root[self.version[node]]
-        return region_of(val, root.meta["val"])
+    def region_of_geometry(self, node: fx.Node, geom: tuple) -> Region:
+        """The region a view of ``node``'s value with geometry ``(size, stride, offset)`` covers
+        in ``node``'s version."""
+        root = self.root[self.version[node]].meta["val"]
+        root_geom = (tuple(root.shape), tuple(root.stride()), root.storage_offset())
+        return region_of_geometry(geom, root_geom, is_dense_root(root))
 
     def memory_class(self, key: Any) -> Any:
         while self._parent[key] is not key:
@@ -204,8 +228,9 @@ class AliasAnalysis:
         self._members[a].extend(self._members.pop(b))
 
     def read_before_used_after(self, node: fx.Node, buffer: fx.Node) -> bool:
-        """Whether a value computed, before ``node``, from memory of ``buffer``'s class is still
-        used after ``node`` (a lazily evaluated read that a compiler might schedule late)."""
+        """Whether a value computed, before ``node``, from memory of ``buffer``'s class by a lazy
+        reader (``lazy_reader``; all readers when none was given) is still used after ``node``:
+        a compiler that evaluates it late would see the write."""
         pos = self.position[node]
         for key in self._members[self.memory_class(self.version[buffer])]:
             reads = self.reads[key]
@@ -235,7 +260,7 @@ class AliasAnalysis:
             coarse = key in self._coarse
             for i in range(start, len(reads)):
                 read = reads[i]
-                if coarse or any(overlaps(read.region, w) for w in written):
+                if coarse or any(overlaps(self._read_region(read), w) for w in written):
                     if hit is None or read.pos < hit.pos:
                         hit = read
                     break

@@ -20,10 +20,11 @@ from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .. import views
+from ..hops.common import unpack_outputs
 from ..hops.v1 import auto_functionalized_v1, mutable_slots
 from ..hops.v2 import _rebase, auto_functionalized_v2, decode_views
 from ..schema import ArgKind, OpInfo, op_info, resolve
-from .alias import AliasAnalysis
+from .alias import VIEW_OPS, AliasAnalysis
 from ..regions import Region, overlaps
 from .report import CallReport, Decision, Reason, Report
 
@@ -92,7 +93,7 @@ def reinplace(
     _check_vals(hops)
     ctx = _Pass(
         gm=gm,
-        analysis=AliasAnalysis(gm.graph),
+        analysis=AliasAnalysis(gm.graph, lazy_reader=_lazy_under_inductor if for_inductor else None),
         epilogue=_epilogue_copies(gm.graph),
         finals=_final_versions(hops),
         outputs=_output_nodes(gm.graph),
@@ -135,6 +136,7 @@ class _Buffer:
     out_index: int  # index into the HOP's flat outputs
     args: list[str]  # labels of the mutable arguments regenerated from it
     chains: list[views.ViewChain]  # the (offset-relative) chain of each
+    written: list[Region] | None = None  # memo of _written()
 
 
 def _buffers(node: fx.Node, info: OpInfo) -> list[_Buffer]:
@@ -157,12 +159,15 @@ def _buffers(node: fx.Node, info: OpInfo) -> list[_Buffer]:
 
 
 def _written(analysis: AliasAnalysis, buf: _Buffer) -> list[Region]:
-    val = buf.node.meta["val"]
-    out = []
-    for chain in buf.chains:
-        view = _rebase(_values(chain), val.storage_offset()).apply(val)
-        out.append(analysis.region_of_val(buf.node, view))
-    return out
+    """The regions of ``buf``'s version that the op may write (computed once per buffer)."""
+    if buf.written is None:
+        val = buf.node.meta["val"]
+        geom = (tuple(val.shape), tuple(val.stride()), val.storage_offset())
+        buf.written = [
+            analysis.region_of_geometry(buf.node, _rebase(_values(c), geom[2]).geometry(*geom))
+            for c in buf.chains
+        ]
+    return buf.written
 
 
 def _values(chain: views.ViewChain) -> views.ViewChain:
@@ -209,16 +214,39 @@ def _decide(ctx: _Pass, node: fx.Node, info: OpInfo, buf: _Buffer, bufs: list[_B
             return Reason.GRAPH_INPUT, root.name
         if ctx.training and any(analysis.same_memory(o, final) for o in ctx.outputs):
             return Reason.SAVED_OUTPUT, root.name
-    elif ctx.for_inductor and analysis.read_before_used_after(node, buf.node):
-        # Note [Lazy reads under Inductor]: Inductor may compute a pointwise read of an
-        # intermediate buffer only when its result is needed, which can be after an opaque op
-        # wrote that buffer in place (it tracks such readers for graph inputs, not for buffers
-        # it materializes later). PyTorch's own re-inplacing miscompiles this case.
+    if ctx.for_inductor and analysis.read_before_used_after(node, buf.node):
+        # Note [Lazy reads under Inductor]: Inductor computes a pointwise read (or a reduction
+        # over one element) only where its result is needed, which can be after an opaque op
+        # wrote that memory in place: it does not order such pending reads before a custom
+        # op's mutation. PyTorch's own re-inplacing miscompiles this case.
         return Reason.LAZY_READ, buf.node.name
     reader = analysis.first_read_after(node, buf.node, written)
     if reader is not None:
         return Reason.READ_LATER, f"by {reader.name}"
     return Reason.INPLACE, ""
+
+
+# Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
+# not deferred); every other aten op may be fused into a kernel that runs where its result is
+# first needed.
+_EXTERN_READERS = frozenset(
+    {
+        _aten.mm.default,
+        _aten.addmm.default,
+        _aten.bmm.default,
+        _aten.baddbmm.default,
+        _aten.convolution.default,
+        _aten.copy_.default,  # the epilogue: it reads the final version, never an old one
+    }
+)
+
+
+def _lazy_under_inductor(reader: fx.Node) -> bool:
+    """Whether Inductor may evaluate ``reader`` later than its place in the graph."""
+    target = reader.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False  # HOPs, getitem, output
+    return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS
 
 
 def _aliased_args(buf: _Buffer, written: list) -> bool:
@@ -358,13 +386,21 @@ def _fake_mode(vals: list[Any]) -> FakeTensorMode:
     return mode
 
 
-def _emit(ctx: _Pass, target: Any, args: tuple, kwargs: dict | None = None) -> fx.Node:
-    """Insert ``target(*args, **kwargs)`` and give it a fake ``meta["val"]``."""
+_NO_VAL = object()
+
+
+def _emit(
+    ctx: _Pass, target: Any, args: tuple, kwargs: dict | None = None, val: Any = _NO_VAL
+) -> fx.Node:
+    """Insert ``target(*args, **kwargs)`` with a fake ``meta["val"]``: ``val`` when the caller
+    knows it, else computed by running ``target`` on fake values."""
     kwargs = kwargs or {}
     node = ctx.gm.graph.call_function(target, args, kwargs)
-    fake_args, fake_kwargs = pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], (args, kwargs))
-    with ctx.fake_mode:
-        node.meta["val"] = target(*fake_args, **fake_kwargs)
+    if val is _NO_VAL:
+        fake = pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], (args, kwargs))
+        with ctx.fake_mode:
+            val = target(*fake[0], **fake[1])
+    node.meta["val"] = val
     return node
 
 
@@ -372,12 +408,14 @@ def _emit_clone(ctx: _Pass, src: fx.Node, *, aliased: bool = False) -> fx.Node:
     """``clone_exact(src)``: a copy with exactly ``src``'s size and strides.
 
     Note [Clones for Inductor]
-    A contiguous tensor is copied with ``aten.clone``. Anything else is copied as the storage
-    span it covers, ``as_strided(clone(as_strided(src, [extent], [1], offset)), size, stride)``.
+    A contiguous tensor is copied with ``aten.clone``; a non-contiguous view that the op alone
+    takes (a v1 argument) with ``empty_strided`` + ``copy_``, the op call fixing the layout.
+    Anything else is copied as the storage span it covers,
+    ``as_strided(clone(as_strided(src, [extent], [1], offset)), size, stride)``.
     The span is one-dimensional, so no layout choice of Inductor can disagree with the strides
     the graph records, and the clone is a fresh buffer. (``empty_strided`` + ``copy_`` is not
     safe under Inductor: lowering ``copy_`` into a fresh buffer may make that buffer an alias of
-    the source, or re-lay it out.) Under Inductor a buffer that several aliasing arguments share
+    the source, or re-lay it out before an ``as_strided`` reads it.) Under Inductor a buffer that several aliasing arguments share
     is also copied this way: Inductor copies an argument whose layout is not yet fixed once per
     argument, which would break their aliasing, and an ``as_strided`` view fixes it (a buffer
     written in place gets the same treatment through ``_pin_layout``).
@@ -385,6 +423,16 @@ def _emit_clone(ctx: _Pass, src: fx.Node, *, aliased: bool = False) -> fx.Node:
     val = src.meta["val"]
     if val.is_contiguous() and not (aliased and ctx.for_inductor):
         node = _emit(ctx, _aten.clone.default, (src,))
+    elif not aliased and src.op == "call_function" and src.target in VIEW_OPS:
+        # A view copied into a fresh buffer: Inductor lowers this copy_ as a new pointwise
+        # buffer, whose layout the op call then fixes to these exact strides.
+        node = _emit(
+            ctx,
+            _aten.empty_strided.default,
+            (list(val.shape), list(val.stride())),
+            {"dtype": val.dtype, "device": val.device},
+        )
+        _emit(ctx, _aten.copy_.default, (node, src))
     else:
         extent = 1 + sum((s - 1) * st for s, st in zip(val.shape, val.stride()))
         span = _emit(ctx, _aten.as_strided.default, (src, [extent], [1], _storage_offset(ctx, src)))
@@ -430,7 +478,10 @@ def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node])
             else:
                 kwargs[arg.name] = next(it)
     args = tuple(kwargs.pop(a.name) for a in info.op._schema.arguments if not a.kwarg_only)
-    call = _emit(ctx, info.op, args, kwargs)
+    # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.
+    hop_val = node.meta.get("val")
+    val = _NO_VAL if hop_val is None else unpack_outputs(info, tuple(hop_val[: info.num_returns]))
+    call = _emit(ctx, info.op, args, kwargs, val=val)
     # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's inputs
     # to these values, which have exactly the strides eager passes.
     call.meta["eager_input_vals"] = pytree.tree_map_only(
