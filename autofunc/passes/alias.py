@@ -113,18 +113,12 @@ class AliasAnalysis:
                  for u in n.users),
                 default=self.position[n],
             )
-        # per version, the running maximum of live_until over its lazy reads in graph order
-        self._live_prefix: dict[Any, list[int]] = {}
-        for key, reads in self.reads.items():
-            running, prefix = -1, []
+        for reads in self.reads.values():
             for r in reads:
-                if lazy_reader is None or lazy_reader(r.node):
-                    r.live_until = due[r.node]
-                else:
-                    r.live_until = -1
-                running = max(running, r.live_until)
-                prefix.append(running)
-            self._live_prefix[key] = prefix
+                lazy = lazy_reader is None or lazy_reader(r.node)
+                r.live_until = due[r.node] if lazy else -1
+        self._pending: dict[Any, list[_Read]] = {}  # see read_before_used_after
+        self._pending_cursor: dict[Any, int] = {}
 
     # -- building -------------------------------------------------------------------------
 
@@ -227,17 +221,31 @@ class AliasAnalysis:
         self._parent[b] = a
         self._members[a].extend(self._members.pop(b))
 
-    def read_before_used_after(self, node: fx.Node, buffer: fx.Node) -> bool:
-        """Whether a value computed, before ``node``, from memory of ``buffer``'s class by a lazy
-        reader (``lazy_reader``; all readers when none was given) is still used after ``node``:
-        a compiler that evaluates it late would see the write."""
+    def read_before_used_after(
+        self, node: fx.Node, buffer: fx.Node, written: list[Region]
+    ) -> fx.Node | None:
+        """A lazy reader (``lazy_reader``; any reader when none was given) that, before
+        ``node``, read an element of ``written`` in ``buffer``'s memory class and whose value is
+        still needed after ``node`` (a compiler that evaluates it late would see the write), or
+        ``None``.
+
+        Each version keeps the lazy reads seen so far whose value is still needed; positions
+        only grow across the pass's calls, so every read enters and leaves that list once.
+        """
         pos = self.position[node]
         for key in self._members[self.memory_class(self.version[buffer])]:
-            reads = self.reads[key]
-            i = bisect.bisect_left(reads, pos, key=lambda r: r.pos)
-            if i and self._live_prefix[key][i - 1] > pos:
-                return True
-        return False
+            reads, pending = self.reads[key], self._pending.setdefault(key, [])
+            i = self._pending_cursor.get(key, 0)
+            while i < len(reads) and reads[i].pos < pos:
+                if reads[i].live_until > pos:
+                    pending.append(reads[i])
+                i += 1
+            self._pending_cursor[key] = i
+            pending[:] = [r for r in pending if r.live_until > pos]
+            for r in pending:
+                if key in self._coarse or any(overlaps(self._read_region(r), w) for w in written):
+                    return r.node
+        return None
 
     def first_read_after(
         self, node: fx.Node, buffer: fx.Node, written: list[Region]

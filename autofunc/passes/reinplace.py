@@ -214,12 +214,13 @@ def _decide(ctx: _Pass, node: fx.Node, info: OpInfo, buf: _Buffer, bufs: list[_B
             return Reason.GRAPH_INPUT, root.name
         if ctx.training and any(analysis.same_memory(o, final) for o in ctx.outputs):
             return Reason.SAVED_OUTPUT, root.name
-    if ctx.for_inductor and analysis.read_before_used_after(node, buf.node):
+    lazy = analysis.read_before_used_after(node, buf.node, written) if ctx.for_inductor else None
+    if lazy is not None:
         # Note [Lazy reads under Inductor]: Inductor computes a pointwise read (or a reduction
         # over one element) only where its result is needed, which can be after an opaque op
         # wrote that memory in place: it does not order such pending reads before a custom
         # op's mutation. PyTorch's own re-inplacing miscompiles this case.
-        return Reason.LAZY_READ, buf.node.name
+        return Reason.LAZY_READ, f"by {lazy.name}"
     reader = analysis.first_read_after(node, buf.node, written)
     if reader is not None:
         return Reason.READ_LATER, f"by {reader.name}"
@@ -264,24 +265,27 @@ def _pin_layout(ctx: _Pass, buf: fx.Node) -> fx.Node:
     if buf.op == "placeholder":  # a graph input's layout is fixed already
         return buf
     val = buf.meta["val"]
-    offset = _storage_offset(ctx, buf)
-    return _emit(ctx, _aten.as_strided.default, (buf, list(val.shape), list(val.stride()), offset))
+    return _emit_as_strided(ctx, buf, val.shape, val.stride(), 0)
 
 
-def _storage_offset(ctx: _Pass, node: fx.Node) -> Any:
-    """``node``'s storage offset, as the graph's consumer will see it.
+def _emit_as_strided(ctx: _Pass, base: fx.Node, size: Any, stride: Any, rel: Any) -> fx.Node:
+    """A view of ``base`` with ``size``/``stride`` at ``rel`` elements past ``base``'s offset.
 
     Note [Storage offsets]
-    Executed eagerly, a value's real offset can differ from its fake one (``slice_scatter`` of a
-    view keeps the view's offset in eager, not in its meta function), so it is read at run time
-    with ``sym_storage_offset``. Inductor lays buffers out as the fake values say, and lowers
-    ``sym_storage_offset`` of a graph input as 0 while ``as_strided`` expects the input's real
-    offset, so for Inductor the recorded offset is used.
+    Only relative offsets are emitted: ``as_strided`` without an offset keeps its input's, and a
+    nonzero ``rel`` is a ``slice`` of a flat view. An absolute offset would be read off a fake
+    value, which need not match the tensor that runs (eager ``slice_scatter`` of a view keeps
+    the view's offset, its meta function does not) or the node a later pass substitutes (Inductor
+    swaps a scatter's fresh buffer for the graph input it re-inplaces into, at another offset).
     """
-    offset = node.meta["val"].storage_offset()
-    if ctx.for_inductor and isinstance(offset, int):
-        return offset
-    return _emit(ctx, _aten.sym_storage_offset.default, (node,))
+    size, stride = list(size), list(stride)
+    if isinstance(rel, int) and rel == 0:
+        return _emit(ctx, _aten.as_strided.default, (base, size, stride))
+    extent = 1 + sum((s - 1) * st for s, st in zip(size, stride))
+    end = _add(ctx, rel, extent)
+    flat = _emit(ctx, _aten.as_strided.default, (base, [end], [1]))
+    shifted = _emit(ctx, _aten.slice.Tensor, (flat, 0, rel, end))
+    return _emit(ctx, _aten.as_strided.default, (shifted, size, stride))
 
 
 def _add(ctx: _Pass, a: Any, b: Any) -> Any:
@@ -435,9 +439,9 @@ def _emit_clone(ctx: _Pass, src: fx.Node, *, aliased: bool = False) -> fx.Node:
         _emit(ctx, _aten.copy_.default, (node, src))
     else:
         extent = 1 + sum((s - 1) * st for s, st in zip(val.shape, val.stride()))
-        span = _emit(ctx, _aten.as_strided.default, (src, [extent], [1], _storage_offset(ctx, src)))
+        span = _emit_as_strided(ctx, src, [extent], [1], 0)
         flat = _emit(ctx, _aten.clone.default, (span,))
-        node = _emit(ctx, _aten.as_strided.default, (flat, list(val.shape), list(val.stride()), 0))
+        node = _emit_as_strided(ctx, flat, val.shape, val.stride(), 0)
     node.meta["autofunc.clone"] = True
     return node
 
@@ -450,9 +454,7 @@ def _emit_view(ctx: _Pass, base: fx.Node, chain: views.ViewChain) -> fx.Node:
         elif isinstance(step, views.Slice):
             node = _emit(ctx, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step))
         else:
-            offset = _add(ctx, step.storage_offset, _storage_offset(ctx, base))
-            size, stride = list(step.size), list(step.stride)
-            node = _emit(ctx, _aten.as_strided.default, (node, size, stride, offset))
+            node = _emit_as_strided(ctx, node, step.size, step.stride, step.storage_offset)
     return node
 
 

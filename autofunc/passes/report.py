@@ -87,10 +87,12 @@ class Report:
         rows = []
         for call in self.calls:
             for d in call.decisions:
-                for arg, chain in zip(d.args, d.chains):
+                # one row per argument; the buffer's result, bytes and reason on its first row
+                for i, (arg, chain) in enumerate(zip(d.args, d.chains)):
+                    result = ("in place" if d else "CLONE") if i == 0 else '"'
+                    nbytes, why = (format_bytes(d.nbytes), d.explain()) if i == 0 else ("", "")
                     rows.append(
-                        (call.node, call.op, call.strategy, arg, d.buffer, chain,
-                         "in place" if d else "CLONE", format_bytes(d.nbytes), d.explain())
+                        (call.node, call.op, call.strategy, arg, d.buffer, chain, result, nbytes, why)
                     )
         return rows
 
