@@ -47,7 +47,9 @@ def explain(
             elif backend == "aot_eager":
                 report = _explain_aot(fn, args, kwargs, dynamic)
             else:
-                raise ValueError(f"explain: backend must be 'inductor' or 'aot_eager', got {backend!r}")
+                raise ValueError(
+                    f"explain: backend must be 'inductor' or 'aot_eager', got {backend!r}"
+                )
         finally:
             torch._dynamo.reset()
     report.graph = getattr(fn, "__qualname__", type(fn).__name__)
@@ -60,8 +62,9 @@ def _explain_inductor(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | N
 
     install_pass()
     last_reports(clear=True)
-    with inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False), functorch_config.patch(
-        enable_autograd_cache=False
+    with (
+        inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False),
+        functorch_config.patch(enable_autograd_cache=False),
     ):
         torch.compile(fn, backend="inductor", dynamic=dynamic)(*args, **kwargs)
     report = Report()

@@ -52,8 +52,10 @@ class ReinplacePass(_Base):
             log.debug("%s", report)
         if self.then is None:
             return
-        if isinstance(self.then, CustomGraphPass) and _Base is not CustomGraphPass and isinstance(
-            self.then, _Base
+        if (
+            isinstance(self.then, CustomGraphPass)
+            and _Base is not CustomGraphPass
+            and isinstance(self.then, _Base)
         ):
             self.then(graph, is_inference=bool(is_inference))
         else:

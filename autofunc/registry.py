@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
@@ -105,7 +105,9 @@ def register(op: Any, *, strategy: str = "v2") -> Registration:
             anything is registered, naming the op and the argument).
     """
     if strategy not in STRATEGIES:
-        raise AutofuncError(f"autofunc.register: strategy must be one of {STRATEGIES}, got {strategy!r}")
+        raise AutofuncError(
+            f"autofunc.register: strategy must be one of {STRATEGIES}, got {strategy!r}"
+        )
     overloads = list(_overloads(op))
     infos = [op_info(o) for o in overloads]  # validates every overload before touching anything
     gen = next(_generation)
@@ -211,7 +213,9 @@ def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | 
 
 
 def _mutable_args_overlap(ctx: Any, func: OpOverload, args: tuple, kwargs: dict) -> bool:
-    tensors = [t for _, _, t in mutable_slots(op_info(func), normalize_args(func, args, kwargs or {}))]
+    tensors = [
+        t for _, _, t in mutable_slots(op_info(func), normalize_args(func, args, kwargs or {}))
+    ]
     return any(may_overlap(ctx, a, b) for a, b in itertools.combinations(tensors, 2))
 
 
@@ -228,7 +232,9 @@ def _overloads(op: Any) -> Iterable[OpOverload]:
         name, _, overload = rest.partition(".")
         packet = getattr(getattr(torch.ops, ns, None), name, None) if sep else None
         if packet is None:
-            raise AutofuncError(f"autofunc.register: no op named {op!r} (expected 'ns::name[.overload]')")
+            raise AutofuncError(
+                f"autofunc.register: no op named {op!r} (expected 'ns::name[.overload]')"
+            )
         if overload and overload not in packet.overloads() and overload != "default":
             raise AutofuncError(
                 f"autofunc.register: op {ns}::{name} has no overload {overload!r} "

@@ -74,7 +74,9 @@ def _check(op: OpOverload) -> OpInfo:
     for arg in schema.arguments:
         if arg.name in RESERVED_KWARGS:
             raise UnsupportedOpError(
-                name, "the name is reserved for autofunc's HOP keywords", arg=arg.name,
+                name,
+                "the name is reserved for autofunc's HOP keywords",
+                arg=arg.name,
                 hint="Rename the argument",
             )
         info = arg.alias_info
@@ -100,13 +102,18 @@ def _check(op: OpOverload) -> OpInfo:
         write_sets[key] = arg.name
         mutable.append(MutableArg(arg.name, kind, arg.kwarg_only))
     if not mutable:
-        raise UnsupportedOpError(name, "it mutates no argument, so there is nothing to functionalize")
+        raise UnsupportedOpError(
+            name, "it mutates no argument, so there is nothing to functionalize"
+        )
     for i, ret in enumerate(schema.returns):
         if ret.alias_info is not None:
             aliased = sorted(ret.alias_info.before_set)
             culprit = next(
-                (a.name for a in schema.arguments
-                 if a.alias_info is not None and set(aliased) & set(a.alias_info.before_set)),
+                (
+                    a.name
+                    for a in schema.arguments
+                    if a.alias_info is not None and set(aliased) & set(a.alias_info.before_set)
+                ),
                 None,
             )
             raise UnsupportedOpError(
@@ -134,7 +141,9 @@ def _element_alias_set(schema: str, name: str) -> tuple[str, ...]:
 
 
 def _is_supported_return(t: torch._C.JitType) -> bool:
-    if isinstance(t, (torch.TensorType, torch.IntType, torch.FloatType, torch.BoolType, torch.SymIntType)):
+    if isinstance(
+        t, (torch.TensorType, torch.IntType, torch.FloatType, torch.BoolType, torch.SymIntType)
+    ):
         return True
     if isinstance(t, torch.ListType):
         return isinstance(t.getElementType(), torch.TensorType)

@@ -98,7 +98,9 @@ def same_result(a: Any, b: Any, atol: float = 1e-5, rtol: float = 1e-5) -> bool:
             and torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)
         )
     if isinstance(a, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(
-            same_result(x, y, atol, rtol) for x, y in zip(a, b)
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(same_result(x, y, atol, rtol) for x, y in zip(a, b))
         )
     return a == b

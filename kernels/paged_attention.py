@@ -172,10 +172,22 @@ def _check_args(
     seq_lens: torch.Tensor,
 ) -> None:
     """Raise ValueError/TypeError naming the offending argument, its shape and dtype."""
-    named = {"out": out, "query": query, "key_cache": key_cache, "value_cache": value_cache,
-             "block_tables": block_tables, "seq_lens": seq_lens}
-    ndims = {"out": 3, "query": 3, "key_cache": 4, "value_cache": 4, "block_tables": 2,
-             "seq_lens": 1}
+    named = {
+        "out": out,
+        "query": query,
+        "key_cache": key_cache,
+        "value_cache": value_cache,
+        "block_tables": block_tables,
+        "seq_lens": seq_lens,
+    }
+    ndims = {
+        "out": 3,
+        "query": 3,
+        "key_cache": 4,
+        "value_cache": 4,
+        "block_tables": 2,
+        "seq_lens": 1,
+    }
     for name, t in named.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"paged_decode_attention: {name} must be a torch.Tensor, got {type(t)}")

@@ -141,8 +141,13 @@ def _check_args(
     for name, t in {**args, "slot_mapping": slot_mapping}.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"reshape_and_cache: {name} must be a torch.Tensor, got {type(t)}")
-    for name, t, ndim in (("key", key, 3), ("value", value, 3), ("key_cache", key_cache, 4),
-                          ("value_cache", value_cache, 4), ("slot_mapping", slot_mapping, 1)):
+    for name, t, ndim in (
+        ("key", key, 3),
+        ("value", value, 3),
+        ("key_cache", key_cache, 4),
+        ("value_cache", value_cache, 4),
+        ("slot_mapping", slot_mapping, 1),
+    ):
         if t.dim() != ndim:
             raise ValueError(
                 f"reshape_and_cache: {name} must be {ndim}-D, got shape {tuple(t.shape)}"

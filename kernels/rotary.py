@@ -132,12 +132,28 @@ def _rotary_embedding_kernel(
 
     # --- rotate all query heads, then all key heads, of this token ------------------------------
     _rotate_heads(
-        query_ptr + token * stride_query_token, stride_query_dim, num_q_heads,
-        cos, sin, pair_mask, HEAD_DIM, Q_HEADS_PAD, HALF_PAD, IS_NEOX,
+        query_ptr + token * stride_query_token,
+        stride_query_dim,
+        num_q_heads,
+        cos,
+        sin,
+        pair_mask,
+        HEAD_DIM,
+        Q_HEADS_PAD,
+        HALF_PAD,
+        IS_NEOX,
     )
     _rotate_heads(
-        key_ptr + token * stride_key_token, stride_key_dim, num_kv_heads,
-        cos, sin, pair_mask, HEAD_DIM, KV_HEADS_PAD, HALF_PAD, IS_NEOX,
+        key_ptr + token * stride_key_token,
+        stride_key_dim,
+        num_kv_heads,
+        cos,
+        sin,
+        pair_mask,
+        HEAD_DIM,
+        KV_HEADS_PAD,
+        HALF_PAD,
+        IS_NEOX,
     )
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._dynamo.exc import BackendCompilerFailed
 
 from autofunc.bench import corpus
 from autofunc.testing import compile_capture, same_result

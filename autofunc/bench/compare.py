@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any
 
 import torch
 
@@ -68,9 +67,12 @@ def run_program(name: str, config: str) -> Row:
     counters.clear()
     last_reports(clear=True)
     try:
-        with inductor_config.patch(
-            enable_auto_functionalized_v2=bool(auto_v2), fx_graph_cache=False
-        ), functorch_config.patch(enable_autograd_cache=False):
+        with (
+            inductor_config.patch(
+                enable_auto_functionalized_v2=bool(auto_v2), fx_graph_cache=False
+            ),
+            functorch_config.patch(enable_autograd_cache=False),
+        ):
             fn = program.fn if config == "eager" else torch.compile(program.fn, backend="inductor")
             inputs = program.inputs()
             expected_inputs = _clone_inputs(inputs)
@@ -83,7 +85,9 @@ def run_program(name: str, config: str) -> Row:
         if strategy is not None:
             row.clones = sum(r.num_clones for r in last_reports(clear=True))
         elif config != "eager":
-            row.clones = int(counters["inductor"].get("possibly_missed_reinplacing_opportunities", 0))
+            row.clones = int(
+                counters["inductor"].get("possibly_missed_reinplacing_opportunities", 0)
+            )
         else:
             row.clones = 0
     except Exception as e:  # a compile error is a result to report, not a crash of the sweep
@@ -106,8 +110,15 @@ def _run_config(config: str, programs: list[str]) -> list[Row]:
     rows: list[Row] = []
     todo = list(programs)
     while todo:
-        cmd = [sys.executable, "-m", "autofunc.bench.compare", "--worker", config,
-               "--programs", ",".join(todo)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "autofunc.bench.compare",
+            "--worker",
+            config,
+            "--programs",
+            ",".join(todo),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
         in_flight = None
         for line in proc.stdout.splitlines():
@@ -122,14 +133,18 @@ def _run_config(config: str, programs: list[str]) -> list[Row]:
                 todo.remove(msg["program"])
                 in_flight = None
         if in_flight is not None:  # the worker died inside this program
-            rows.append(Row(in_flight, config, correct=False, error=f"crash (exit {proc.returncode})"))
+            rows.append(
+                Row(in_flight, config, correct=False, error=f"crash (exit {proc.returncode})")
+            )
             todo.remove(in_flight)
         elif proc.returncode != 0 and todo:
             raise RuntimeError(f"compare worker failed before any program:\n{proc.stderr[-2000:]}")
     return rows
 
 
-def compare(programs: list[str] | None = None, configs: list[str] | None = None, progress=print) -> list[Row]:
+def compare(
+    programs: list[str] | None = None, configs: list[str] | None = None, progress=print
+) -> list[Row]:
     programs = programs or list(corpus.PROGRAMS)
     rows = []
     for config in configs or list(CONFIGS):
@@ -148,17 +163,26 @@ def format_table(rows: list[Row]) -> str:
             return "-"
         if r.error:
             return "CRASH" if r.error.startswith("crash") else "ERROR"
-        extra = "" if r.allocated is None or r.program not in eager else f"+{max(0, r.allocated - eager[r.program])}B"
+        extra = (
+            ""
+            if r.allocated is None or r.program not in eager
+            else f"+{max(0, r.allocated - eager[r.program])}B"
+        )
         mark = "ok" if r.correct else "WRONG"
         return f"{mark} c={r.clones} {extra}"
 
     header = ["program", *configs]
-    body = [[p, *(cell(by.get((p, c))) for c in configs)] for p in dict.fromkeys(r.program for r in rows)]
+    body = [
+        [p, *(cell(by.get((p, c))) for c in configs)]
+        for p in dict.fromkeys(r.program for r in rows)
+    ]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
     fmt = lambda row: "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
     lines = [fmt(header), fmt(["-" * w for w in widths]), *map(fmt, body)]
-    lines.append("cells: correctness, clones left (built-in: Inductor's missed-reinplacing count), "
-                 "bytes allocated beyond eager")
+    lines.append(
+        "cells: correctness, clones left (built-in: Inductor's missed-reinplacing count), "
+        "bytes allocated beyond eager"
+    )
     return "\n".join(lines)
 
 
@@ -179,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         from .env import environment
 
         with open(args.json, "w") as f:
-            json.dump({"env": environment(), "rows": [dataclasses.asdict(r) for r in rows]}, f, indent=1)
+            json.dump(
+                {"env": environment(), "rows": [dataclasses.asdict(r) for r in rows]}, f, indent=1
+            )
     return 0
 
 

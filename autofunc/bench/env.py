@@ -21,11 +21,16 @@ def environment() -> dict:
     if torch.cuda.is_available():
         device = torch.cuda.get_device_name()
     else:
-        device = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        device = (
+            f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        )
     try:
         commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            cwd=Path(__file__).resolve().parent, timeout=5,
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            timeout=5,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""

@@ -300,8 +300,13 @@ class _Gen:
     # -- simulation ----------------------------------------------------------------------------
 
     def _program(self, returns: Sequence[str] = ()) -> FuzzProgram:
-        return FuzzProgram(tuple(self.params), tuple(self.inputs), self.input_seed,
-                           tuple(self.stmts), tuple(returns))
+        return FuzzProgram(
+            tuple(self.params),
+            tuple(self.inputs),
+            self.input_seed,
+            tuple(self.stmts),
+            tuple(returns),
+        )
 
     def _replay(self) -> None:
         _, make_inputs = self._program().build()
@@ -400,7 +405,8 @@ class _Gen:
 
     def _mutable(self) -> list[str]:
         return [
-            v for v in self.order
+            v
+            for v in self.order
             if len(_elems(self.t(v))) == self.t(v).numel()
             and (self.features.mutate_unfold_views or v not in self.unfolded)
         ]
@@ -516,8 +522,11 @@ class _Gen:
         elif op == "diagonal":
             d1, d2 = rng.sample(range(d), 2)
             off = rng.randint(-shape[d1] + 1, shape[d2] - 1)
-            text = f"{name} = {src}.diagonal()" if d == 2 and off == 0 and d1 == 0 else \
-                f"{name} = {src}.diagonal({off}, {d1}, {d2})"
+            text = (
+                f"{name} = {src}.diagonal()"
+                if d == 2 and off == 0 and d1 == 0
+                else f"{name} = {src}.diagonal({off}, {d1}, {d2})"
+            )
         elif op == "unfold":
             n = shape[dim]
             if self.features.gappy_unfold:
@@ -566,11 +575,11 @@ class _Gen:
             numel *= s
         opts = [[numel]]
         for i in range(len(shape) - 1):
-            opts.append(shape[:i] + [shape[i] * shape[i + 1]] + shape[i + 2:])
+            opts.append(shape[:i] + [shape[i] * shape[i + 1]] + shape[i + 2 :])
         for i, s in enumerate(shape):
             for f in range(2, s):
                 if s % f == 0:
-                    opts.append(shape[:i] + [f, s // f] + shape[i + 1:])
+                    opts.append(shape[:i] + [f, s // f] + shape[i + 1 :])
         if numel > 1:
             for f in range(2, numel):
                 if numel % f == 0 and len(opts) < 12:
@@ -671,7 +680,8 @@ class _Gen:
             if op == "mlate":
                 xe = _elems(self.t(x)), _storage(self.t(x))
                 disjoint = [
-                    v for v in self.order
+                    v
+                    for v in self.order
                     if _storage(self.t(v)) != xe[1] or not (_elems(self.t(v)) & xe[0])
                 ]
                 if not disjoint:
@@ -728,8 +738,9 @@ def generate(rng: random.Random, size: int, features: Features = Features()) -> 
     raise RuntimeError("could not generate a valid program")  # pragma: no cover
 
 
-def program_for(seed: int, index: int, size: int | None = None,
-                features: Features = Features()) -> FuzzProgram:
+def program_for(
+    seed: int, index: int, size: int | None = None, features: Features = Features()
+) -> FuzzProgram:
     """The ``index``-th program of the sweep with ``seed`` (what the sweep and the tests use)."""
     rng = random.Random(seed * 1_000_003 + index)
     size = size if size is not None else rng.randint(4, 22)
@@ -833,9 +844,11 @@ def _diff(a: Any, b: Any) -> str:
         d = (a - b).abs().nan_to_num(float("inf"))
         at = tuple(int(i) for i in torch.unravel_index(d.argmax(), a.shape)) if a.dim() else ()
         n = int((d > 1e-5).sum())
-        return (f"max |diff| {float(d.max()):.4g} at {list(at)} "
-                f"({n} of {a.numel()} elements differ): "
-                f"eager {float(a[at]):.6g}, compiled {float(b[at]):.6g}")
+        return (
+            f"max |diff| {float(d.max()):.4g} at {list(at)} "
+            f"({n} of {a.numel()} elements differ): "
+            f"eager {float(a[at]):.6g}, compiled {float(b[at]):.6g}"
+        )
     return f"{a!r} vs {b!r}"
 
 
@@ -880,8 +893,15 @@ def check(program: FuzzProgram, strategy: str, path: str) -> Failure | None:
             kind = "exception"
             if any(pat.search(str(root)) for pat, _ in LIMITATIONS):
                 kind = "limitation"
-            return Failure(program, strategy, path, kind, f"{type(root).__name__}: {first}",
-                           tb, _graphs(captured))
+            return Failure(
+                program,
+                strategy,
+                path,
+                kind,
+                f"{type(root).__name__}: {first}",
+                tb,
+                _graphs(captured),
+            )
         bad = []
         if not (isinstance(got, tuple) and len(got) == len(expected)):
             bad.append(f"outputs: expected a {len(expected)}-tuple, got {type(got).__name__}")
@@ -893,8 +913,15 @@ def check(program: FuzzProgram, strategy: str, path: str) -> Failure | None:
             if not same_result(e_, g):
                 bad.append(f"input {p} after the call: {_diff(e_, g)}")
         if bad:
-            return Failure(program, strategy, path, "mismatch", bad[0].split("\n")[0],
-                           "\n".join(bad), _graphs(captured))
+            return Failure(
+                program,
+                strategy,
+                path,
+                "mismatch",
+                bad[0].split("\n")[0],
+                "\n".join(bad),
+                _graphs(captured),
+            )
         return None
     finally:
         caches.__exit__(None, None, None)
@@ -941,7 +968,7 @@ def _renamed(program: FuzzProgram, i: int) -> FuzzProgram | None:
     if s.src is None or len(s.defs) != 1:
         return None
     old = s.defs[0]
-    stmts = [t.rename(old, s.src) for t in program.stmts[i + 1:]]
+    stmts = [t.rename(old, s.src) for t in program.stmts[i + 1 :]]
     returns = tuple(s.src if r == old else r for r in program.returns)
     returns = tuple(dict.fromkeys(returns))
     return dataclasses.replace(program, stmts=program.stmts[:i] + tuple(stmts), returns=returns)
@@ -956,8 +983,8 @@ def _drop_param(program: FuzzProgram, k: int) -> FuzzProgram | None:
         return None
     return dataclasses.replace(
         program,
-        params=program.params[:k] + program.params[k + 1:],
-        inputs=program.inputs[:k] + program.inputs[k + 1:],
+        params=program.params[:k] + program.params[k + 1 :],
+        inputs=program.inputs[:k] + program.inputs[k + 1 :],
     )
 
 
@@ -968,7 +995,7 @@ def _plain_inputs(program: FuzzProgram):
     for k, expr in enumerate(program.inputs):
         plain = f"torch.randn({_dims(shapes[k]) if shapes[k] else '()'}, {_F64})"
         if expr != plain:
-            inputs = program.inputs[:k] + (plain,) + program.inputs[k + 1:]
+            inputs = program.inputs[:k] + (plain,) + program.inputs[k + 1 :]
             yield dataclasses.replace(program, inputs=inputs)
 
 
@@ -981,7 +1008,7 @@ def _candidates(program: FuzzProgram):
         if c is not None:
             yield c
     for j in range(len(program.returns)):
-        yield dataclasses.replace(program, returns=program.returns[:j] + program.returns[j + 1:])
+        yield dataclasses.replace(program, returns=program.returns[:j] + program.returns[j + 1 :])
     for k in reversed(range(len(program.params))):
         c = _drop_param(program, k)
         if c is not None:
@@ -1037,8 +1064,11 @@ def shrink_failure(failure: Failure, *, max_checks: int = 400, log=None) -> Fail
     return f if f.program == small else (check(small, failure.strategy, failure.path) or f)
 
 
-def triage(program: FuzzProgram, paths: Sequence[str] = ("aot_eager", "capture"),
-           strategies: Sequence[str] = ("v1", "v2", "builtin")) -> dict[str, str]:
+def triage(
+    program: FuzzProgram,
+    paths: Sequence[str] = ("aot_eager", "capture"),
+    strategies: Sequence[str] = ("v1", "v2", "builtin"),
+) -> dict[str, str]:
     """``"strategy/path" -> "ok" | the failure line`` on the given combinations."""
     out = {}
     for s in strategies:

@@ -55,7 +55,9 @@ def measure_memory(fn: Callable[[], Any], device: str = "cpu") -> Memory:
     return Memory(total, peak)
 
 
-def median_time(fn: Callable[[], Any], *, warmup: int = 3, repeat: int = 10, device: str = "cpu") -> float:
+def median_time(
+    fn: Callable[[], Any], *, warmup: int = 3, repeat: int = 10, device: str = "cpu"
+) -> float:
     """Median seconds per call of ``fn()`` after ``warmup`` calls."""
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for _ in range(warmup):

@@ -100,7 +100,9 @@ class AliasAnalysis:
         for node in graph.find_nodes(op="call_function", target=torch.ops.aten.copy_.default):
             dst, src = node.args[0], node.args[1]
             if dst in self.version and src in self.version and self._is_whole(dst):
-                self._overwrites.setdefault(self.version[dst], []).append((self.position[node], src))
+                self._overwrites.setdefault(self.version[dst], []).append(
+                    (self.position[node], src)
+                )
         for node in graph.nodes:
             for arg in self._read_args(node):
                 self._record_read(node, arg)
@@ -109,8 +111,10 @@ class AliasAnalysis:
         due: dict[fx.Node, int] = {}
         for n in reversed(graph.nodes):
             due[n] = max(
-                (due[u] if lazy_reader is None or lazy_reader(u) else self.position[u]
-                 for u in n.users),
+                (
+                    due[u] if lazy_reader is None or lazy_reader(u) else self.position[u]
+                    for u in n.users
+                ),
                 default=self.position[n],
             )
         for reads in self.reads.values():

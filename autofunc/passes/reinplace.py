@@ -93,7 +93,9 @@ def reinplace(
     _check_vals(hops)
     ctx = _Pass(
         gm=gm,
-        analysis=AliasAnalysis(gm.graph, lazy_reader=_lazy_under_inductor if for_inductor else None),
+        analysis=AliasAnalysis(
+            gm.graph, lazy_reader=_lazy_under_inductor if for_inductor else None
+        ),
         epilogue=_epilogue_copies(gm.graph),
         finals=_final_versions(hops),
         outputs=_output_nodes(gm.graph),
@@ -153,7 +155,9 @@ def _buffers(node: fx.Node, info: OpInfo) -> list[_Buffer]:
         return bufs
     slots = mutable_slots(info, node.kwargs)
     return [
-        _Buffer(t, info.num_returns + k, [name if i is None else f"{name}[{i}]"], [views.ViewChain()])
+        _Buffer(
+            t, info.num_returns + k, [name if i is None else f"{name}[{i}]"], [views.ViewChain()]
+        )
         for k, (name, i, t) in enumerate(slots)
     ]
 
@@ -186,7 +190,9 @@ def _values(chain: views.ViewChain) -> views.ViewChain:
 # -- step 2: decide ---------------------------------------------------------------------------
 
 
-def _decide(ctx: _Pass, node: fx.Node, info: OpInfo, buf: _Buffer, bufs: list[_Buffer]) -> tuple[Reason, str]:
+def _decide(
+    ctx: _Pass, node: fx.Node, info: OpInfo, buf: _Buffer, bufs: list[_Buffer]
+) -> tuple[Reason, str]:
     """Whether ``buf`` may be written in place (Reason.INPLACE) or why it must be cloned."""
     analysis = ctx.analysis
     if not ctx.enable:
@@ -302,7 +308,9 @@ def _output_nodes(graph: fx.Graph) -> list[fx.Node]:
 def _other_tensor_args(node: fx.Node, info: OpInfo) -> list[fx.Node]:
     """The tensors the call reads besides its buffers (a buffer node may appear here too: that
     is exactly the aliasing this check exists for)."""
-    skip = {"_bases", "_views"} | (set() if node.target is auto_functionalized_v2 else set(info.mutable_names))
+    skip = {"_bases", "_views"} | (
+        set() if node.target is auto_functionalized_v2 else set(info.mutable_names)
+    )
     args = {k: v for k, v in node.kwargs.items() if k not in skip}
     return [a for a in pytree.tree_leaves(args) if isinstance(a, fx.Node)]
 
@@ -352,8 +360,14 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
         for buf in bufs:
             reason, detail = _decide(ctx, node, info, buf, bufs)
             decisions.append(
-                Decision(tuple(buf.args), buf.node.name, tuple(str(c) for c in buf.chains),
-                         reason, _nbytes(buf.node.meta.get("val")), detail)
+                Decision(
+                    tuple(buf.args),
+                    buf.node.name,
+                    tuple(str(c) for c in buf.chains),
+                    reason,
+                    _nbytes(buf.node.meta.get("val")),
+                    detail,
+                )
             )
             log.debug("%s %s %s: %s %s", node.name, info.qualname, buf.args, reason.value, detail)
             out = outs.get(buf.out_index)
@@ -452,7 +466,9 @@ def _emit_view(ctx: _Pass, base: fx.Node, chain: views.ViewChain) -> fx.Node:
         if isinstance(step, views.Select):
             node = _emit(ctx, _aten.select.int, (node, step.dim, step.index))
         elif isinstance(step, views.Slice):
-            node = _emit(ctx, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step))
+            node = _emit(
+                ctx, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step)
+            )
         else:
             node = _emit_as_strided(ctx, node, step.size, step.stride, step.storage_offset)
     return node

@@ -19,7 +19,9 @@ class Reason(enum.Enum):
     READ_BY_CALL = "another argument of the same call reads the memory it writes"
     SAME_BUFFER_TWICE = "the same memory is passed as two mutable buffers"
     GRAPH_INPUT = "a graph input whose new value is not copied back by the graph"
-    SAVED_OUTPUT = "a graph input whose new value a training graph also returns (saved for backward)"
+    SAVED_OUTPUT = (
+        "a graph input whose new value a training graph also returns (saved for backward)"
+    )
     LAZY_READ = "a value read from it earlier is used after the call (Inductor may compute it late)"
     VIEW_OF_INPUT = "a view of a graph input (its mutation is scattered back, not copied)"
     CONSTANT = "a constant of the module"
@@ -92,7 +94,17 @@ class Report:
                     result = ("in place" if d else "CLONE") if i == 0 else '"'
                     nbytes, why = (format_bytes(d.nbytes), d.explain()) if i == 0 else ("", "")
                     rows.append(
-                        (call.node, call.op, call.strategy, arg, d.buffer, chain, result, nbytes, why)
+                        (
+                            call.node,
+                            call.op,
+                            call.strategy,
+                            arg,
+                            d.buffer,
+                            chain,
+                            result,
+                            nbytes,
+                            why,
+                        )
                     )
         return rows
 
