@@ -249,17 +249,6 @@ def test_report_renders_a_table():
 
 
 class TestReinplacedGraphs(expecttest.TestCase):
-    def test_note_column_v2(self):
-        with corpus_registered("v2"):
-            captured = run(corpus.PROGRAMS["note_column"])
-        self.assertExpectedInline(captured.reinplaced[0], """\
-def forward(self, arg0_1):
-    zeros = torch.ops.aten.zeros.default([3, 3], device = device(type='cpu'), pin_memory = False)
-    select_1 = torch.ops.aten.select.int(arg0_1, 0, 0)
-    select_int = torch.ops.aten.select.int(zeros, 1, 1)
-    add__default = torch.ops.autofunc_corpus.add_.default(select_int, select_1)
-    return (zeros,)""")
-
     def test_kv_cache_input_two_layers_v2(self):
         # each layer writes kv[layer, 0] of the cache input: no clone, no epilogue copy
         def f(kv, rows, index):
