@@ -16,7 +16,6 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .. import views
@@ -24,7 +23,8 @@ from ..hops.common import unpack_outputs
 from ..hops.v1 import auto_functionalized_v1, mutable_slots
 from ..hops.v2 import _rebase, auto_functionalized_v2, decode_views
 from ..schema import ArgKind, OpInfo, op_info, resolve
-from .alias import VIEW_OPS, AliasAnalysis
+from .alias import AliasAnalysis
+from .emit import NO_VAL, emit, emit_clone, emit_view, fake_mode_of, getitem_of, pin_layout
 from ..regions import Region, overlaps
 from .report import CallReport, Decision, Reason, Report
 
@@ -99,7 +99,7 @@ def reinplace(
         epilogue=_epilogue_copies(gm.graph),
         finals=_final_versions(hops),
         outputs=_output_nodes(gm.graph),
-        fake_mode=_fake_mode([n.meta.get("val") for n in gm.graph.nodes]),
+        fake_mode=fake_mode_of([n.meta.get("val") for n in gm.graph.nodes]),
         enable=enable,
         training=not is_inference,
         for_inductor=for_inductor,
@@ -261,45 +261,6 @@ def _aliased_args(buf: _Buffer, written: list) -> bool:
     return any(overlaps(a, b) for i, a in enumerate(written) for b in written[i + 1 :])
 
 
-def _pin_layout(ctx: _Pass, buf: fx.Node) -> fx.Node:
-    """An ``as_strided`` alias of ``buf`` with its own size, stride and offset.
-
-    Inductor gives the input of an ``as_strided`` exactly the strides the graph records, so the
-    aliasing arguments regenerated from this alias are views of one fixed buffer (Note [Clones
-    for Inductor]); without it Inductor would copy each of them separately.
-    """
-    if buf.op == "placeholder":  # a graph input's layout is fixed already
-        return buf
-    val = buf.meta["val"]
-    return _emit_as_strided(ctx, buf, val.shape, val.stride(), 0)
-
-
-def _emit_as_strided(ctx: _Pass, base: fx.Node, size: Any, stride: Any, rel: Any) -> fx.Node:
-    """A view of ``base`` with ``size``/``stride`` at ``rel`` elements past ``base``'s offset.
-
-    Note [Storage offsets]
-    Only relative offsets are emitted: ``as_strided`` without an offset keeps its input's, and a
-    nonzero ``rel`` is a ``slice`` of a flat view. An absolute offset would be read off a fake
-    value, which need not match the tensor that runs (eager ``slice_scatter`` of a view keeps
-    the view's offset, its meta function does not) or the node a later pass substitutes (Inductor
-    swaps a scatter's fresh buffer for the graph input it re-inplaces into, at another offset).
-    """
-    size, stride = list(size), list(stride)
-    if isinstance(rel, int) and rel == 0:
-        return _emit(ctx, _aten.as_strided.default, (base, size, stride))
-    extent = 1 + sum((s - 1) * st for s, st in zip(size, stride))
-    end = _add(ctx, rel, extent)
-    flat = _emit(ctx, _aten.as_strided.default, (base, [end], [1]))
-    shifted = _emit(ctx, _aten.slice.Tensor, (flat, 0, rel, end))
-    return _emit(ctx, _aten.as_strided.default, (shifted, size, stride))
-
-
-def _add(ctx: _Pass, a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int):
-        return a + b
-    return _emit(ctx, operator.add, (a, b))
-
-
 def _output_nodes(graph: fx.Graph) -> list[fx.Node]:
     out = graph.output_node()
     return [a for a in pytree.tree_leaves(out.args) if isinstance(a, fx.Node)]
@@ -374,11 +335,11 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
             aliased = _aliased_args(buf, _written(analysis, buf)) if ctx.for_inductor else False
             if reason is Reason.INPLACE:
                 new_bufs.append(buf.node)
-                arg_bases.append(_pin_layout(ctx, buf.node) if aliased else buf.node)
+                arg_bases.append(pin_layout(ctx, buf.node) if aliased else buf.node)
                 if out is not None:
                     analysis.merge(buf.node, out)
             else:
-                clone = _emit_clone(ctx, buf.node, aliased=aliased)
+                clone = emit_clone(ctx, buf.node, aliased=aliased)
                 new_bufs.append(clone)
                 arg_bases.append(clone)
                 if out is not None:
@@ -386,7 +347,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
         call = _emit_call(ctx, node, info, arg_bases)
     for index, user in outs.items():
         if index < info.num_returns:
-            repl = call if info.num_returns == 1 else _getitem(graph, call, index, user)
+            repl = call if info.num_returns == 1 else getitem_of(graph, call, index, user)
             if user in analysis.version:
                 analysis.track(repl, user)
         else:
@@ -397,92 +358,15 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
     return CallReport(node.name, info.qualname, HOP_STRATEGY[node.target], decisions)
 
 
-def _fake_mode(vals: list[Any]) -> FakeTensorMode:
-    mode = detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)])
-    if mode is None:
-        raise ValueError("autofunc.reinplace needs fake tensors in meta['val']")
-    return mode
-
-
-_NO_VAL = object()
-
-
-def _emit(
-    ctx: _Pass, target: Any, args: tuple, kwargs: dict | None = None, val: Any = _NO_VAL
-) -> fx.Node:
-    """Insert ``target(*args, **kwargs)`` with a fake ``meta["val"]``: ``val`` when the caller
-    knows it, else computed by running ``target`` on fake values."""
-    kwargs = kwargs or {}
-    node = ctx.gm.graph.call_function(target, args, kwargs)
-    if val is _NO_VAL:
-        fake = pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], (args, kwargs))
-        with ctx.fake_mode:
-            val = target(*fake[0], **fake[1])
-    node.meta["val"] = val
-    return node
-
-
-def _emit_clone(ctx: _Pass, src: fx.Node, *, aliased: bool = False) -> fx.Node:
-    """``clone_exact(src)``: a copy with exactly ``src``'s size and strides.
-
-    Note [Clones for Inductor]
-    A contiguous tensor is copied with ``aten.clone``; a non-contiguous view that the op alone
-    takes (a v1 argument) with ``empty_strided`` + ``copy_``, the op call fixing the layout.
-    Anything else is copied as the storage span it covers,
-    ``as_strided(clone(as_strided(src, [extent], [1], offset)), size, stride)``.
-    The span is one-dimensional, so no layout choice of Inductor can disagree with the strides
-    the graph records, and the clone is a fresh buffer. (``empty_strided`` + ``copy_`` is not
-    safe under Inductor: lowering ``copy_`` into a fresh buffer may make that buffer an alias of
-    the source, or re-lay it out before an ``as_strided`` reads it.) Under Inductor a buffer that several aliasing arguments share
-    is also copied this way: Inductor copies an argument whose layout is not yet fixed once per
-    argument, which would break their aliasing, and an ``as_strided`` view fixes it (a buffer
-    written in place gets the same treatment through ``_pin_layout``).
-    """
-    val = src.meta["val"]
-    if val.is_contiguous() and not (aliased and ctx.for_inductor):
-        node = _emit(ctx, _aten.clone.default, (src,))
-    elif not aliased and src.op == "call_function" and src.target in VIEW_OPS:
-        # A view copied into a fresh buffer: Inductor lowers this copy_ as a new pointwise
-        # buffer, whose layout the op call then fixes to these exact strides.
-        node = _emit(
-            ctx,
-            _aten.empty_strided.default,
-            (list(val.shape), list(val.stride())),
-            {"dtype": val.dtype, "device": val.device},
-        )
-        _emit(ctx, _aten.copy_.default, (node, src))
-    else:
-        extent = 1 + sum((s - 1) * st for s, st in zip(val.shape, val.stride()))
-        span = _emit_as_strided(ctx, src, [extent], [1], 0)
-        flat = _emit(ctx, _aten.clone.default, (span,))
-        node = _emit_as_strided(ctx, flat, val.shape, val.stride(), 0)
-    node.meta["autofunc.clone"] = True
-    return node
-
-
-def _emit_view(ctx: _Pass, base: fx.Node, chain: views.ViewChain) -> fx.Node:
-    node = base
-    for step in chain.steps:
-        if isinstance(step, views.Select):
-            node = _emit(ctx, _aten.select.int, (node, step.dim, step.index))
-        elif isinstance(step, views.Slice):
-            node = _emit(
-                ctx, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step)
-            )
-        else:
-            node = _emit_as_strided(ctx, node, step.size, step.stride, step.storage_offset)
-    return node
-
-
 def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node]) -> fx.Node:
     """The direct op call, with each mutable argument regenerated from its (new) buffer."""
     kwargs = {k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views")}
     if node.target is auto_functionalized_v2:
         for name, view in decode_views(info, node.kwargs["_views"]).items():
             if isinstance(view, list):
-                kwargs[name] = [_emit_view(ctx, new_bufs[v.base_index], v.chain) for v in view]
+                kwargs[name] = [emit_view(ctx, new_bufs[v.base_index], v.chain) for v in view]
             elif view is not None:
-                kwargs[name] = _emit_view(ctx, new_bufs[view.base_index], view.chain)
+                kwargs[name] = emit_view(ctx, new_bufs[view.base_index], view.chain)
             else:
                 kwargs[name] = None
     else:
@@ -498,21 +382,14 @@ def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node])
     args = tuple(kwargs.pop(a.name) for a in info.op._schema.arguments if not a.kwarg_only)
     # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.
     hop_val = node.meta.get("val")
-    val = _NO_VAL if hop_val is None else unpack_outputs(info, tuple(hop_val[: info.num_returns]))
-    call = _emit(ctx, info.op, args, kwargs, val=val)
+    val = NO_VAL if hop_val is None else unpack_outputs(info, tuple(hop_val[: info.num_returns]))
+    call = emit(ctx, info.op, args, kwargs, val=val)
     # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's inputs
     # to these values, which have exactly the strides eager passes.
     call.meta["eager_input_vals"] = pytree.tree_map_only(
         fx.Node, lambda n: n.meta["val"], (args, kwargs)
     )
     return call
-
-
-def _getitem(graph: fx.Graph, call: fx.Node, index: int, like: fx.Node) -> fx.Node:
-    with graph.inserting_before(like):
-        node = graph.call_function(operator.getitem, (call, index))
-    node.meta["val"] = call.meta["val"][index]
-    return node
 
 
 def _nbytes(val: Any) -> int:
