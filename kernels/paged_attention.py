@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import check_one_device, check_tensors
 from ._triton import require_triton, tl, triton, use_triton
 
 __all__ = ["paged_decode_attention", "paged_decode_attention_op", "paged_decode_attention_ref"]
@@ -188,14 +189,7 @@ def _check_args(
         "block_tables": 2,
         "seq_lens": 1,
     }
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"paged_decode_attention: {name} must be a torch.Tensor, got {type(t)}")
-        if t.dim() != ndims[name]:
-            raise ValueError(
-                f"paged_decode_attention: {name} must be {ndims[name]}-D, got shape "
-                f"{tuple(t.shape)}"
-            )
+    check_tensors("paged_decode_attention", {n: (t, ndims[n]) for n, t in named.items()})
     if out.shape != query.shape:
         raise ValueError(
             f"paged_decode_attention: out {tuple(out.shape)} must have query's shape "
@@ -245,11 +239,7 @@ def _check_args(
             f"paged_decode_attention: key_cache {key_cache.dtype} and value_cache "
             f"{value_cache.dtype} must have the same dtype"
         )
-    devices = {name: t.device for name, t in named.items()}
-    if len(set(devices.values())) != 1:
-        raise ValueError(
-            f"paged_decode_attention: all tensors must be on one device, got {devices}"
-        )
+    check_one_device("paged_decode_attention", named)
 
 
 def paged_decode_attention(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import check_one_device, check_tensors
 from ._triton import require_triton, tl, triton, use_triton
 
 __all__ = ["reshape_and_cache", "reshape_and_cache_op", "reshape_and_cache_ref"]
@@ -138,20 +139,16 @@ def _check_args(
 ) -> None:
     """Raise ValueError/TypeError naming the offending argument, its shape, stride and dtype."""
     args = {"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache}
-    for name, t in {**args, "slot_mapping": slot_mapping}.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"reshape_and_cache: {name} must be a torch.Tensor, got {type(t)}")
-    for name, t, ndim in (
-        ("key", key, 3),
-        ("value", value, 3),
-        ("key_cache", key_cache, 4),
-        ("value_cache", value_cache, 4),
-        ("slot_mapping", slot_mapping, 1),
-    ):
-        if t.dim() != ndim:
-            raise ValueError(
-                f"reshape_and_cache: {name} must be {ndim}-D, got shape {tuple(t.shape)}"
-            )
+    check_tensors(
+        "reshape_and_cache",
+        {
+            "key": (key, 3),
+            "value": (value, 3),
+            "key_cache": (key_cache, 4),
+            "value_cache": (value_cache, 4),
+            "slot_mapping": (slot_mapping, 1),
+        },
+    )
     if key.shape != value.shape:
         raise ValueError(
             f"reshape_and_cache: key {tuple(key.shape)} and value {tuple(value.shape)} must have "
@@ -182,9 +179,7 @@ def _check_args(
             f"reshape_and_cache: dtypes key={key.dtype} value={value.dtype} must match, and "
             f"key_cache={key_cache.dtype} value_cache={value_cache.dtype} must match"
         )
-    devices = {name: t.device for name, t in {**args, "slot_mapping": slot_mapping}.items()}
-    if len(set(devices.values())) != 1:
-        raise ValueError(f"reshape_and_cache: all tensors must be on one device, got {devices}")
+    check_one_device("reshape_and_cache", {**args, "slot_mapping": slot_mapping})
 
 
 def reshape_and_cache(

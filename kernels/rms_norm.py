@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import check_one_device, check_tensors
 from ._triton import require_triton, tl, triton, use_triton
 
 __all__ = ["fused_add_rms_norm", "fused_add_rms_norm_op", "fused_add_rms_norm_ref"]
@@ -94,13 +95,8 @@ def _check_args(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -
     """Raise ValueError/TypeError naming the offending argument, its shape and dtype."""
     named = {"x": x, "residual": residual, "weight": weight}
     ndims = {"x": 2, "residual": 2, "weight": 1}
+    check_tensors("fused_add_rms_norm", {n: (t, ndims[n]) for n, t in named.items()})
     for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"fused_add_rms_norm: {name} must be a torch.Tensor, got {type(t)}")
-        if t.dim() != ndims[name]:
-            raise ValueError(
-                f"fused_add_rms_norm: {name} must be {ndims[name]}-D, got shape {tuple(t.shape)}"
-            )
         if not t.is_floating_point():
             raise TypeError(f"fused_add_rms_norm: {name} must be floating point, got {t.dtype}")
     if x.shape != residual.shape or weight.shape[0] != x.shape[1]:
@@ -117,9 +113,7 @@ def _check_args(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -
             f"fused_add_rms_norm: x ({x.dtype}) and residual ({residual.dtype}) must have the same "
             f"dtype"
         )
-    devices = {name: t.device for name, t in named.items()}
-    if len(set(devices.values())) != 1:
-        raise ValueError(f"fused_add_rms_norm: all tensors must be on one device, got {devices}")
+    check_one_device("fused_add_rms_norm", named)
 
 
 def fused_add_rms_norm(

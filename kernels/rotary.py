@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import check_one_device, check_tensors
 from ._triton import require_triton, tl, triton, use_triton
 
 __all__ = ["rotary_embedding", "rotary_embedding_op", "rotary_embedding_ref"]
@@ -181,13 +182,7 @@ def _check_args(
     """Raise ValueError/TypeError naming the offending argument, its shape and dtype."""
     named = {"positions": positions, "query": query, "key": key, "cos_sin_cache": cos_sin_cache}
     ndims = {"positions": 1, "query": 2, "key": 2, "cos_sin_cache": 2}
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"rotary_embedding: {name} must be a torch.Tensor, got {type(t)}")
-        if t.dim() != ndims[name]:
-            raise ValueError(
-                f"rotary_embedding: {name} must be {ndims[name]}-D, got shape {tuple(t.shape)}"
-            )
+    check_tensors("rotary_embedding", {n: (t, ndims[n]) for n, t in named.items()})
     if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
         raise ValueError(f"rotary_embedding: head_dim must be a positive even int, got {head_dim}")
     for name in ("query", "key"):
@@ -216,9 +211,7 @@ def _check_args(
             raise TypeError(
                 f"rotary_embedding: {name} must be floating point, got {named[name].dtype}"
             )
-    devices = {name: t.device for name, t in named.items()}
-    if len(set(devices.values())) != 1:
-        raise ValueError(f"rotary_embedding: all tensors must be on one device, got {devices}")
+    check_one_device("rotary_embedding", named)
 
 
 def rotary_embedding(
