@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-import torch.utils._pytree as pytree
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -27,11 +26,24 @@ __all__ = [
     "emit_clone",
     "emit_view",
     "fake_mode_of",
+    "fake_values",
     "getitem_of",
     "pin_layout",
 ]
 
 _aten = torch.ops.aten
+
+
+def fake_values(x: Any) -> Any:
+    """``x`` (nested tuples, lists and dicts of nodes and constants) with each node replaced by
+    its ``meta["val"]``; a small hand-written map, as this runs for every node the pass emits."""
+    if isinstance(x, fx.Node):
+        return x.meta["val"]
+    if isinstance(x, (tuple, list)):
+        return type(x)(fake_values(v) for v in x)
+    if isinstance(x, dict):
+        return {k: fake_values(v) for k, v in x.items()}
+    return x
 
 
 def fake_mode_of(vals: list[Any]) -> FakeTensorMode:
@@ -52,7 +64,7 @@ def emit(
     kwargs = kwargs or {}
     node = ctx.gm.graph.call_function(target, args, kwargs)
     if val is NO_VAL:
-        fake = pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], (args, kwargs))
+        fake = fake_values((args, kwargs))
         with ctx.fake_mode:
             val = target(*fake[0], **fake[1])
     node.meta["val"] = val

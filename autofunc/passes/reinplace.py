@@ -24,7 +24,16 @@ from ..hops.v1 import auto_functionalized_v1, mutable_slots
 from ..hops.v2 import _rebase, auto_functionalized_v2, decode_views
 from ..schema import ArgKind, OpInfo, op_info, resolve
 from .alias import AliasAnalysis
-from .emit import NO_VAL, emit, emit_clone, emit_view, fake_mode_of, getitem_of, pin_layout
+from .emit import (
+    NO_VAL,
+    emit,
+    emit_clone,
+    emit_view,
+    fake_mode_of,
+    fake_values,
+    getitem_of,
+    pin_layout,
+)
 from ..regions import Region, overlaps
 from .report import CallReport, Decision, Reason, Report
 
@@ -178,7 +187,7 @@ def _values(chain: views.ViewChain) -> views.ViewChain:
     """A chain read off graph kwargs holds symbolic values as nodes; use their fake values."""
 
     def fake(x: Any) -> Any:
-        return pytree.tree_map_only(fx.Node, lambda n: n.meta["val"], x)
+        return fake_values(x)
 
     steps = tuple(
         type(s)(**{f.name: fake(getattr(s, f.name)) for f in dataclasses.fields(s)})
@@ -386,9 +395,7 @@ def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node])
     call = emit(ctx, info.op, args, kwargs, val=val)
     # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's inputs
     # to these values, which have exactly the strides eager passes.
-    call.meta["eager_input_vals"] = pytree.tree_map_only(
-        fx.Node, lambda n: n.meta["val"], (args, kwargs)
-    )
+    call.meta["eager_input_vals"] = fake_values((args, kwargs))
     return call
 
 
