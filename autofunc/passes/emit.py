@@ -71,12 +71,15 @@ def emit(
     return node
 
 
-def emit_clone(ctx: Any, src: fx.Node, *, aliased: bool = False) -> fx.Node:
+def emit_clone(
+    ctx: Any, src: fx.Node, *, aliased: bool = False, direct: bool = False
+) -> fx.Node:
     """``clone_exact(src)``: a copy with exactly ``src``'s size and strides.
 
     Note [Clones for Inductor]
-    A contiguous tensor is copied with ``aten.clone``; a non-contiguous view that the op alone
-    takes (a v1 argument) with ``empty_strided`` + ``copy_``, the op call fixing the layout.
+    A contiguous tensor is copied with ``aten.clone``; a non-contiguous view that the op takes
+    as it is (``direct``: a v1 argument, or a v2 base passed whole) with ``empty_strided`` +
+    ``copy_``, the op call fixing the layout. (A view *of* that buffer would not fix it.)
     Anything else is copied as the storage span it covers,
     ``as_strided(clone(as_strided(src, [extent], [1], offset)), size, stride)``.
     The span is one-dimensional, so no layout choice of Inductor can disagree with the strides
@@ -90,7 +93,7 @@ def emit_clone(ctx: Any, src: fx.Node, *, aliased: bool = False) -> fx.Node:
     val = src.meta["val"]
     if val.is_contiguous() and not (aliased and ctx.for_inductor):
         node = emit(ctx, _aten.clone.default, (src,))
-    elif not aliased and src.op == "call_function" and src.target in VIEW_OPS:
+    elif direct and not aliased and src.op == "call_function" and src.target in VIEW_OPS:
         # A view copied into a fresh buffer: Inductor lowers this copy_ as a new pointwise
         # buffer, whose layout the op call then fixes to these exact strides.
         node = emit(

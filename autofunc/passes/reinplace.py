@@ -348,7 +348,8 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
                 if out is not None:
                     analysis.merge(buf.node, out)
             else:
-                clone = emit_clone(ctx, buf.node, aliased=aliased)
+                direct = all(c.is_alias for c in buf.chains)
+                clone = emit_clone(ctx, buf.node, aliased=aliased, direct=direct)
                 new_bufs.append(clone)
                 arg_bases.append(clone)
                 if out is not None:
