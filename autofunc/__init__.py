@@ -2,7 +2,7 @@
 
 Public API:
 
-* :func:`register` / :func:`functionalize`: route an op's functionalization to autofunc's
+* :func:`register` / :func:`functionalize` / :func:`override` (temporarily): route an op's functionalization to autofunc's
   v1 or v2 HOP (:data:`auto_functionalized_v1`, :data:`auto_functionalized_v2`).
 * :func:`reinplace`: the re-inplace pass on any FX graph; returns a :class:`Report`.
 * :func:`explain`: compile a function and report where every mutable buffer went.
@@ -14,7 +14,7 @@ from .hops.v1 import auto_functionalized_v1
 from .hops.v2 import auto_functionalized_v2
 from .passes.reinplace import reinplace
 from .passes.report import CallReport, Decision, Reason, Report
-from .registry import Registration, functionalize, register
+from .registry import Registration, functionalize, override, register
 
 __all__ = [
     "AutofuncError",
@@ -23,6 +23,7 @@ __all__ = [
     "auto_functionalized_v2",
     "register",
     "functionalize",
+    "override",
     "Registration",
     "reinplace",
     "explain",

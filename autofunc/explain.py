@@ -11,6 +11,7 @@ import torch
 
 from . import registry
 from .inductor import install_pass, last_reports
+from .errors import AutofuncError
 from .passes.report import Report
 
 __all__ = ["explain"]
@@ -28,6 +29,11 @@ def explain(
     """Compile ``fn`` (a fresh compile, caches bypassed), run it once on ``args`` and return the
     re-inplace reports of all its graphs, merged into one printable :class:`Report`.
 
+    The registrations, Dynamo's compiled code of ``fn`` and the user's handles are left as they
+    were: the compile uses a backend object of its own (Dynamo keeps compiled code per backend,
+    so nothing the user compiled is reused or dropped) and the strategy override is undone on
+    return (``autofunc.override``).
+
     Args:
         fn: the function (or module) to compile.
         *args, **kwargs: its inputs. Mutated inputs are mutated, as by ``fn`` itself.
@@ -39,19 +45,13 @@ def explain(
         ops: ops to register for the duration of the call.
         dynamic: passed to ``torch.compile``.
     """
+    if backend not in ("inductor", "aot_eager"):
+        raise AutofuncError(f"explain: backend must be 'inductor' or 'aot_eager', got {backend!r}")
     with _strategy_override(strategy, ops):
-        torch._dynamo.reset()
-        try:
-            if backend == "inductor":
-                report = _explain_inductor(fn, args, kwargs, dynamic)
-            elif backend == "aot_eager":
-                report = _explain_aot(fn, args, kwargs, dynamic)
-            else:
-                raise ValueError(
-                    f"explain: backend must be 'inductor' or 'aot_eager', got {backend!r}"
-                )
-        finally:
-            torch._dynamo.reset()
+        if backend == "inductor":
+            report = _explain_inductor(fn, args, kwargs, dynamic)
+        else:
+            report = _explain_aot(fn, args, kwargs, dynamic)
     report.graph = getattr(fn, "__qualname__", type(fn).__name__)
     return report
 
@@ -60,13 +60,19 @@ def _explain_inductor(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | N
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
+    from torch._inductor.compile_fx import compile_fx
+
     install_pass()
     last_reports(clear=True)
+
+    def explain_backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        return compile_fx(gm, example_inputs)
+
     with (
         inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False),
         functorch_config.patch(enable_autograd_cache=False),
     ):
-        torch.compile(fn, backend="inductor", dynamic=dynamic)(*args, **kwargs)
+        torch.compile(fn, backend=explain_backend, dynamic=dynamic)(*args, **kwargs)
     report = Report()
     for r in last_reports(clear=True):
         report.extend(r)
@@ -81,24 +87,10 @@ def _explain_aot(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None) 
     return captured.report
 
 
-@contextlib.contextmanager
 def _strategy_override(strategy: str | None, ops: Iterable[Any]):
     ops = list(ops)
     if strategy is None and not ops:
-        yield
-        return
-    targets = ops or [name for name in list(registry._strategy)]
-    previous = {name: registry._strategy.get(name) for name in _names(targets)}
-    regs = [registry.register(op, strategy=strategy or "v2") for op in targets]
-    try:
-        yield
-    finally:
-        for r in regs:
-            r.remove()
-        for name, old in previous.items():
-            if old is not None:
-                registry.register(name, strategy=old)
-
-
-def _names(ops: list[Any]) -> list[str]:
-    return [i.qualname for op in ops for i in map(registry.op_info, registry._overloads(op))]
+        return contextlib.nullcontext()
+    if strategy is None:  # ops given without a strategy are registered with v2 for the call
+        strategy = "v2"
+    return registry.override(strategy, ops)

@@ -65,8 +65,12 @@ class ReinplacePass(_Base):
         # Inductor's FX graph cache and AOTAutograd's cache key on this. It must change whenever
         # the pass's code does, and whenever the registrations do: they decide what
         # functionalization emits for the same Dynamo graph (v1, v2 or PyTorch's own HOP).
-        from .registry import registrations
+        from .guards import guard_current_compile
+        from .registry import registrations, state_token
 
+        # On a cache hit functionalization does not run again; this does (Note [Guarding on the
+        # registrations] in guards.py).
+        guard_current_compile(state_token)
         files = sorted(str(p) for p in Path(__file__).parent.rglob("*.py"))
         own = get_hash_for_files(tuple(files), extra=f"reinplace={inductor_config_enabled()}")
         then = self.then.uuid() if hasattr(self.then, "uuid") else repr(self.then)
@@ -82,7 +86,22 @@ def inductor_config_enabled() -> bool:
 
 
 def install_pass() -> None:
+    """Install the pass in this thread's Inductor config and as the process-wide default.
+
+    Note [A process-wide pass]
+    Inductor's config values set by assignment are per thread in recent torch (a ``ContextVar``
+    per entry), but servers compile off the thread that called ``register``. The pass is
+    therefore also made the entry's default, which every thread without its own override reads,
+    and the functionalization rule of a registered op calls this again in the compiling thread,
+    which covers a thread whose user set a post-grad pass of their own: theirs runs after ours.
+    """
     current = inductor_config.post_grad_custom_post_pass
-    if isinstance(current, ReinplacePass):
-        return
-    inductor_config.post_grad_custom_post_pass = ReinplacePass(then=current)
+    if not isinstance(current, ReinplacePass):
+        inductor_config.post_grad_custom_post_pass = ReinplacePass(then=current)
+    entry = getattr(inductor_config, "_config", {}).get("post_grad_custom_post_pass")
+    default = getattr(entry, "default", None)
+    if entry is not None and not isinstance(default, ReinplacePass):
+        try:
+            entry.default = ReinplacePass(then=default)
+        except AttributeError:  # pragma: no cover - a config entry without a settable default
+            pass

@@ -17,18 +17,21 @@ import torch
 from torch._ops import OpOverload, OpOverloadPacket
 from torch._subclasses.functional_tensor import FunctionalTensorMode, PythonFunctionalizeAPI
 
+from . import guards
 from .errors import AutofuncError
 from .hops.common import may_overlap, normalize_args
 from .hops.v1 import functionalize_v1, mutable_slots
 from .hops.v2 import functionalize_v2
-from .schema import op_info, qualname
+from .schema import OpInfo, op_info, qualname, resolve
 
 __all__ = [
     "register",
     "functionalize",
+    "override",
     "Registration",
     "registered_strategy",
     "registrations",
+    "state_token",
     "STRATEGIES",
 ]
 
@@ -49,6 +52,23 @@ _kernel_libs: dict[str, torch.library.Library] = {}
 _generation = itertools.count(1)
 # qualname -> the generation of the registration that currently owns it.
 _owner: dict[str, int] = {}
+# ``tuple(sorted(_strategy.items()))``, recomputed on every change; compiled frames are guarded
+# on it (Note [Guarding on the registrations] in guards.py).
+_token: tuple = ()
+
+
+def state_token() -> tuple:
+    """The registrations as a hashable value: equal values mean equal registrations."""
+    return _token
+
+
+def _set_strategy(name: str, strategy: str | None) -> None:
+    global _token
+    if strategy is None:
+        _strategy.pop(name, None)
+    else:
+        _strategy[name] = strategy
+    _token = tuple(sorted(_strategy.items()))
 
 
 @dataclasses.dataclass
@@ -64,7 +84,7 @@ class Registration:
             if _owner.get(name) != self._generation:
                 continue  # a later register() call replaced this one; it owns the op now
             _owner.pop(name)
-            _strategy.pop(name, None)
+            _set_strategy(name, None)
             lib = _kernel_libs.pop(name, None)
             if lib is not None:
                 lib._destroy()
@@ -104,26 +124,91 @@ def register(op: Any, *, strategy: str = "v2") -> Registration:
         UnsupportedOpError: the schema of one of the overloads is not supported (raised before
             anything is registered, naming the op and the argument).
     """
-    if strategy not in STRATEGIES:
-        raise AutofuncError(
-            f"autofunc.register: strategy must be one of {STRATEGIES}, got {strategy!r}"
-        )
-    overloads = list(_overloads(op))
-    infos = [op_info(o) for o in overloads]  # validates every overload before touching anything
+    infos = _infos(op, "autofunc.register", strategy)
     gen = next(_generation)
+    first_time = False
     for info in infos:
-        _strategy[info.qualname] = strategy
+        first_time |= _route(info)
+        _set_strategy(info.qualname, strategy)
         _owner[info.qualname] = gen
-        if info.qualname not in _rule_installed:
-            _install_rule(info.op)
-            _rule_installed.add(info.qualname)
-        if info.qualname not in _kernel_libs:
-            _kernel_libs[info.qualname] = _install_functionalize_kernel(info.op)
         log.debug("registered %s with strategy %s", info.qualname, strategy)
+    if first_time:
+        # Frames compiled before this op was ever registered ran no autofunc code, so they carry
+        # no guard on the registrations (Note [Guarding on the registrations]): recompile them.
+        guards.drop_compiled_code()
+    _install_pass()
+    return Registration(tuple(i.qualname for i in infos), strategy, gen)
+
+
+@contextlib.contextmanager
+def override(strategy: str | None, ops: Iterable[Any] = ()):
+    """Use ``strategy`` for ``ops`` (default: every registered op) inside the ``with`` block,
+    then restore the registrations exactly as they were.
+
+    ``strategy=None`` hands ``ops`` to PyTorch's built-in handling for the block. Registration
+    handles taken before stay valid (their ``remove()`` still works afterwards), and frames
+    compiled before the block are not recompiled after it: they are guarded on the
+    registrations, which the block restores.
+
+    Raises:
+        AutofuncError, UnsupportedOpError: as :func:`register`.
+    """
+    ops = list(ops)
+    infos = (
+        _infos(ops, "autofunc.override", strategy or "v2")
+        if ops
+        else [op_info(resolve(name)) for name in _strategy]
+    )
+    saved = {i.qualname: (_strategy.get(i.qualname), _owner.get(i.qualname)) for i in infos}
+    added_kernels = []
+    try:
+        for info in infos:
+            if strategy is not None and info.qualname not in _kernel_libs:
+                added_kernels.append(info.qualname)
+            if strategy is not None:
+                _route(info)
+            _set_strategy(info.qualname, strategy)
+        if strategy is not None:
+            _install_pass()
+        yield
+    finally:
+        for name, (old_strategy, old_owner) in saved.items():
+            _set_strategy(name, old_strategy)
+            if old_owner is None:
+                _owner.pop(name, None)
+            else:
+                _owner[name] = old_owner
+        for name in added_kernels:
+            if name not in _strategy:
+                lib = _kernel_libs.pop(name, None)
+                if lib is not None:
+                    lib._destroy()
+
+
+def _infos(op: Any, who: str, strategy: str) -> list[OpInfo]:
+    if strategy not in STRATEGIES:
+        raise AutofuncError(f"{who}: strategy must be one of {STRATEGIES}, got {strategy!r}")
+    ops = op if isinstance(op, (list, tuple)) else [op]
+    # Validate every overload before touching anything.
+    return [op_info(o) for one in ops for o in _overloads(one)]
+
+
+def _route(info: OpInfo) -> bool:
+    """Install autofunc's dispatch rule and Functionalize kernel for ``info.op`` (idempotent).
+    Returns whether the rule was installed just now, for the first time."""
+    first = info.qualname not in _rule_installed
+    if first:
+        _install_rule(info.op)
+        _rule_installed.add(info.qualname)
+    if info.qualname not in _kernel_libs:
+        _kernel_libs[info.qualname] = _install_functionalize_kernel(info.op)
+    return first
+
+
+def _install_pass() -> None:
     from .inductor import install_pass
 
     install_pass()
-    return Registration(tuple(i.qualname for i in infos), strategy, gen)
 
 
 def functionalize(op: Any = None, *, strategy: str = "v2") -> Any:
@@ -192,6 +277,8 @@ def _cpp_functionalize_api() -> Any:
 
 
 def _functional_rule(mode: FunctionalTensorMode, func: OpOverload, types, args, kwargs) -> Any:
+    # Whatever this call becomes, the frame being compiled depends on the registrations.
+    guards.guard_current_compile(state_token)
     if qualname(func) not in _strategy:  # unregistered: PyTorch's default handling
         return mode.__torch_dispatch__(func, types, args, kwargs)
     return _functionalize_call(PythonFunctionalizeAPI(mode=mode), func, args, kwargs)
@@ -207,6 +294,7 @@ def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | 
         # their common base once.
         log.debug("%s: mutable arguments may overlap; this call uses v2", func)
         strategy = "v2"
+    _install_pass()  # Note [A process-wide pass] in inductor.py: this thread may lack it
     if strategy == "v1":
         return functionalize_v1(ctx, func, args, kwargs or {})
     return functionalize_v2(ctx, func, args, kwargs or {})

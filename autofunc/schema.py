@@ -105,7 +105,10 @@ def _check(op: OpOverload) -> OpInfo:
         raise UnsupportedOpError(
             name, "it mutates no argument, so there is nothing to functionalize"
         )
-    for i, ret in enumerate(schema.returns):
+    returns = list(schema.returns)
+    if len(returns) == 1 and isinstance(returns[0].type, torch.NoneType):
+        returns = []  # "-> None": the op returns nothing, like "-> ()"
+    for i, ret in enumerate(returns):
         if ret.alias_info is not None:
             aliased = sorted(ret.alias_info.before_set)
             culprit = next(
@@ -129,7 +132,7 @@ def _check(op: OpOverload) -> OpInfo:
         qualname=name,
         arg_names=tuple(a.name for a in schema.arguments),
         mutable_args=tuple(mutable),
-        num_returns=len(schema.returns),
+        num_returns=len(returns),
     )
 
 

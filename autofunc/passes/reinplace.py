@@ -21,7 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from .. import views
 from ..hops.common import unpack_outputs
 from ..hops.v1 import auto_functionalized_v1, mutable_slots
-from ..hops.v2 import _rebase, auto_functionalized_v2, decode_views
+from ..hops.v2 import Distinct, _rebase, auto_functionalized_v2, decode_views
 from ..schema import ArgKind, OpInfo, op_info, resolve
 from .alias import AliasAnalysis
 from .emit import (
@@ -372,13 +372,17 @@ def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node])
     """The direct op call, with each mutable argument regenerated from its (new) buffer."""
     kwargs = {k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views")}
     if node.target is auto_functionalized_v2:
+        # Note [Arguments keep their identity] in hops/v2.py.
+        distinct = Distinct(lambda n: emit(ctx, _aten.alias.default, (n,)), lambda n: n)
+
+        def arg(v: Any) -> fx.Node:
+            return distinct(emit_view(ctx, new_bufs[v.base_index], v.chain))
+
         for name, view in decode_views(info, node.kwargs["_views"]).items():
             if isinstance(view, list):
-                kwargs[name] = [emit_view(ctx, new_bufs[v.base_index], v.chain) for v in view]
-            elif view is not None:
-                kwargs[name] = emit_view(ctx, new_bufs[view.base_index], view.chain)
+                kwargs[name] = [arg(v) for v in view]
             else:
-                kwargs[name] = None
+                kwargs[name] = None if view is None else arg(view)
     else:
         it = iter(new_bufs)
         for arg in info.mutable_args:

@@ -1,0 +1,249 @@
+"""Swapping autofunc in for PyTorch's built-in must not lose programs (issue 7, items 1, 5-8):
+``-> None`` schemas, argument identity, compiles in other threads, registrations made or
+changed after a compile, and ``explain`` leaving the user's registrations and caches alone."""
+
+import threading
+
+import pytest
+import torch
+from torch._higher_order_ops.auto_functionalize import (
+    auto_functionalized,
+    auto_functionalized_v2,
+)
+
+import autofunc
+from autofunc.testing import same_result
+
+_BUILTIN = (auto_functionalized, auto_functionalized_v2)
+_OURS = (autofunc.auto_functionalized_v1, autofunc.auto_functionalized_v2)
+
+
+@pytest.fixture
+def lib():
+    lib = torch.library.Library("af_adopt", "FRAGMENT")
+    yield lib
+    lib._destroy()
+
+
+def _define_none_op(lib):
+    # The schema returns NoneType (``-> None``), not ``()``.
+    lib.define("axpy_none(Tensor x, Tensor(a!) out) -> None")
+
+    def impl(x, out):
+        out.add_(x * 2)
+
+    lib.impl("axpy_none", impl, "CompositeExplicitAutograd")
+    return torch.ops.af_adopt.axpy_none.default
+
+
+@torch.library.custom_op("af_adopt2::axpy", mutates_args={"out"})
+def _axpy(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.add_(x * 2)
+
+
+class _Recorder:
+    """An aot_eager-style backend that records each forward graph's HOP targets."""
+
+    def __init__(self):
+        from functorch.compile import make_boxed_func
+        from torch._dynamo.backends.common import aot_autograd
+
+        self.graphs = []  # the call targets of each compiled graph
+        self.ran = []  # the index of the graph each call ran
+
+        def record(gm, example_inputs):
+            index = len(self.graphs)
+            self.graphs.append({n.target for n in gm.graph.nodes if n.op == "call_function"})
+
+            def run(*args):
+                self.ran.append(index)
+                return gm(*args)
+
+            return make_boxed_func(run)
+
+        self.backend = aot_autograd(fw_compiler=record, inference_compiler=record)
+
+    def last_uses(self, hops) -> bool:
+        """Whether the graph that ran last calls one of ``hops``."""
+        return any(h in self.graphs[self.ran[-1]] for h in hops)
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_none_returning_schema(lib, strategy, backend):
+    # Item 1: "-> None" is legal and common; it used to be rejected at register().
+    op = _define_none_op(lib)
+    with autofunc.register(op, strategy=strategy):
+
+        def f(x, out):
+            op(x, out[1:])
+            return out.sum()
+
+        x, out = torch.randn(3), torch.randn(4)
+        ex, eo = x.clone(), out.clone()
+        expected = f(ex, eo)
+        got = torch.compile(f, backend=backend)(x, out)
+        assert same_result(got, expected) and same_result(out, eo)
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+def test_none_returning_schema_under_export(lib, strategy):
+    op = _define_none_op(lib)
+
+    class M(torch.nn.Module):
+        def forward(self, x, out):
+            op(x, out)
+            return out + 1
+
+    with autofunc.register(op, strategy=strategy):
+        x, out = torch.randn(3), torch.randn(3)
+        ep = torch.export.export(M(), (x, out.clone()))
+        eo = out.clone()
+        expected = M()(x, eo)
+        got = ep.module()(x, out)
+        assert same_result(got, expected) and same_result(out, eo)
+        assert not any(n.target in _BUILTIN for n in ep.graph.nodes)
+
+
+def test_inductor_compiles_in_another_thread():
+    # Item 6: Inductor's config is per thread in torch 2.13; a server compiles off the thread
+    # that called register().
+    op = _axpy._opoverload
+    with autofunc.register(op, strategy="v2"):
+
+        def f(x, out):
+            op(x, out)
+            return out * 3
+
+        x, out = torch.randn(5), torch.randn(5)
+        eo = out.clone()
+        expected = f(x, eo)
+        result = {}
+
+        def work():
+            try:
+                result["got"] = torch.compile(f, backend="inductor")(x, out)
+            except Exception as e:  # noqa: BLE001 - surfaced below
+                result["error"] = e
+
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+        assert "error" not in result, result.get("error")
+        assert same_result(result["got"], expected) and same_result(out, eo)
+
+
+def test_register_after_compile_recompiles():
+    # Item 7: a function compiled while the op was PyTorch's must pick up a later register()
+    # (and every later change of strategy, and remove()) on its next call.
+    op = _axpy._opoverload
+    rec = _Recorder()
+
+    def f(x, out):
+        op(x, out)
+        return out + 1
+
+    compiled = torch.compile(f, backend=rec.backend)
+    x = torch.randn(4)
+    compiled(x, torch.zeros(4))
+    assert rec.last_uses(_BUILTIN) and not rec.last_uses(_OURS)
+
+    handle = autofunc.register(op, strategy="v1")
+    out = torch.zeros(4)
+    assert same_result(compiled(x, out), x * 2 + 1) and same_result(out, x * 2)
+    assert len(rec.graphs) == 2 and rec.last_uses([autofunc.auto_functionalized_v1])
+
+    autofunc.register(op, strategy="v2")
+    compiled(x, torch.zeros(4))
+    assert len(rec.graphs) == 3 and rec.last_uses([autofunc.auto_functionalized_v2])
+
+    handle2 = autofunc.register(op, strategy="v2")  # the same registrations: no recompile
+    compiled(x, torch.zeros(4))
+    assert len(rec.graphs) == 3
+
+    handle2.remove()
+    handle.remove()  # replaced by the later registrations: a no-op
+    out = torch.zeros(4)
+    assert same_result(compiled(x, out), x * 2 + 1) and same_result(out, x * 2)
+    assert rec.last_uses(_BUILTIN) and not rec.last_uses(_OURS)
+
+
+def test_override_restores_registrations_and_keeps_compiled_code():
+    op = _axpy._opoverload
+    rec = _Recorder()
+
+    def f(x, out):
+        op(x, out)
+        return out + 1
+
+    handle = autofunc.register(op, strategy="v2")
+    compiled = torch.compile(f, backend=rec.backend)
+    x = torch.randn(4)
+    compiled(x, torch.zeros(4))
+    with autofunc.override("v1", [op]):
+        assert autofunc.registry.registered_strategy(op) == "v1"
+        compiled(x, torch.zeros(4))
+        assert rec.last_uses([autofunc.auto_functionalized_v1])
+    assert autofunc.registry.registrations() == {"af_adopt2::axpy.default": "v2"}
+    n = len(rec.graphs)
+    compiled(x, torch.zeros(4))
+    assert len(rec.graphs) == n  # the entry compiled before the block is valid again
+    assert rec.last_uses([autofunc.auto_functionalized_v2])
+    handle.remove()
+    assert autofunc.registry.registrations() == {}
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_explain_leaves_registrations_and_caches(backend):
+    # Item 8: explain(strategy=...) used to take the op over (the user's remove() became a
+    # no-op) and reset the whole Dynamo cache.
+    op = _axpy._opoverload
+    rec = _Recorder()
+
+    def f(x, out):
+        op(x, out)
+        return out + 1
+
+    handle = autofunc.register(op, strategy="v2")
+    compiled = torch.compile(f, backend=rec.backend)
+    x = torch.randn(4)
+    compiled(x, torch.zeros(4))
+    report = autofunc.explain(f, x, torch.zeros(4), strategy="v1", backend=backend)
+    assert [c.strategy for c in report.calls] == ["v1"]
+    assert autofunc.registry.registrations() == {"af_adopt2::axpy.default": "v2"}
+    compiled(x, torch.zeros(4))
+    assert len(rec.graphs) == 1  # the user's compiled code survived explain
+    handle.remove()
+    assert autofunc.registry.registrations() == {}
+
+
+_identity_seen = []
+
+
+@torch.library.custom_op("af_adopt2::two", mutates_args={"a", "b"})
+def _two(a: torch.Tensor, b: torch.Tensor) -> None:
+    _identity_seen.append(a is b)
+    a.add_(1)
+    b.mul_(2)
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+@pytest.mark.parametrize("reinplace_pass", [False, True])
+def test_aliased_arguments_stay_distinct_objects(strategy, reinplace_pass):
+    # Item 5: eager passes op(x.alias(), x) two objects over one storage; regenerated from one
+    # base they used to arrive as one object (Note [Arguments keep their identity]).
+    from autofunc.testing import compile_capture
+
+    def f(x):
+        _two(torch.ops.aten.alias(x), x)
+        return x + 0
+
+    with autofunc.register(_two, strategy=strategy):
+        _identity_seen.clear()
+        e = torch.ones(3)
+        expected = f(e)
+        compiled, _ = compile_capture(f, reinplace_pass=reinplace_pass)
+        x = torch.ones(3)
+        got = compiled(x)
+        assert same_result(got, expected) and same_result(x, e)
+        assert _identity_seen == [False, False]
