@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--shrink-checks", type=int, default=300,
                     help="compiles per shrink at most (80 on inductor)")
     ap.add_argument("--no-triage", action="store_true")
+    ap.add_argument("--json", default=None, metavar="PATH",
+                    help="also write the summary (seed, range, per strategy/path counts, "
+                    "failures) as JSON")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per program")
     return ap
 
@@ -160,7 +163,32 @@ class Sweep:
             print("  " + line)
         if len(self.failed) > 50:
             print(f"  ... and {len(self.failed) - 50} more")
+        if args.json:
+            self.write_json(args.json)
         return 1 if bugs else 0
+
+    def write_json(self, path: str) -> None:
+        import json
+
+        import torch
+
+        args = self.args
+        summary = {
+            "seed": args.seed,
+            "start": args.start,
+            "count": args.count,
+            "paths": args.paths,
+            "strategies": args.strategies,
+            "max_per_path": args.max_per_path,
+            "torch": torch.__version__,
+            "seconds": round(time.time() - self.start, 1),
+            "eager_errors": self.eager_errors,
+            "stats": {k: dict(v) for k, v in sorted(self.stats.items())},
+            "failures": self.failed,
+            "reproducers": self.repros,
+        }
+        with open(path, "w") as f:
+            json.dump(summary, f, indent=1)
 
 
 def main(argv: list[str] | None = None) -> int:
