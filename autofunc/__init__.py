@@ -9,6 +9,7 @@ Public API:
 """
 
 from .errors import AutofuncError, UnsupportedOpError
+from . import inductor as _inductor  # noqa: F401 - hooks the Inductor pass into the registry
 from .explain import explain
 from .hops.v1 import auto_functionalized_v1
 from .hops.v2 import auto_functionalized_v2

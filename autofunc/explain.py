@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from . import registry
-from .inductor import install_pass, last_reports
+from .inductor import collect_reports, install_pass
 from .errors import AutofuncError
 from .passes.report import Report
 
@@ -63,7 +63,6 @@ def _explain_inductor(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | N
     from torch._inductor.compile_fx import compile_fx
 
     install_pass()
-    last_reports(clear=True)
 
     def explain_backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
         return compile_fx(gm, example_inputs)
@@ -71,10 +70,11 @@ def _explain_inductor(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | N
     with (
         inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False),
         functorch_config.patch(enable_autograd_cache=False),
+        collect_reports() as reports,
     ):
         torch.compile(fn, backend=explain_backend, dynamic=dynamic)(*args, **kwargs)
     report = Report()
-    for r in last_reports(clear=True):
+    for r in reports:
         report.extend(r)
     return report
 

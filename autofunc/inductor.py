@@ -1,14 +1,21 @@
 """Inductor glue: run the re-inplace pass as a post-grad pass, chained with the user's own.
 
 ``install_pass()`` is idempotent and keeps whatever ``post_grad_custom_post_pass`` the user set:
-autofunc's pass runs first (it must see the HOPs before anything else), then theirs.
+autofunc's pass runs first (it must see the HOPs before anything else), then theirs. Depends on
+the registry (it hooks ``install_pass`` into it, Note [Backend hooks]); the registry does not
+import this module. Reports are kept only for the ``collect_reports()`` blocks open while a
+graph compiles, so a long-running server does not accumulate them.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import functools
 import logging
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch._inductor.config as inductor_config
@@ -19,20 +26,44 @@ try:  # torch >= 2.10: the pass is told whether the graph is an inference graph
 except ImportError:  # pragma: no cover
     _Base = CustomGraphPass
 
+from . import registry
+from .guards import guard_current_compile
 from .passes.reinplace import reinplace
 
-__all__ = ["ReinplacePass", "install_pass", "last_reports"]
+__all__ = ["ReinplacePass", "collect_reports", "install_pass", "last_reports"]
 
 log = logging.getLogger("autofunc.inductor")
 
-# Reports of the graphs compiled since the last ``last_reports(clear=True)`` (for ``explain``).
-_reports: list = []
+# The lists of the open ``collect_reports()`` blocks; each compiled graph's report goes to all.
+_collectors: list[list] = []
+_collectors_lock = threading.Lock()
+# The most recent reports, for ``last_reports`` (bounded: older ones are dropped).
+_recent: collections.deque = collections.deque(maxlen=64)
+
+
+@contextlib.contextmanager
+def collect_reports() -> Iterator[list]:
+    """Collect the re-inplace report of every graph Inductor compiles inside the block::
+
+        with collect_reports() as reports:
+            torch.compile(fn)(*args)
+        print(reports[0])
+    """
+    reports: list = []
+    with _collectors_lock:
+        _collectors.append(reports)
+    try:
+        yield reports
+    finally:
+        with _collectors_lock:
+            _collectors.remove(reports)
 
 
 def last_reports(clear: bool = False) -> list:
-    out = list(_reports)
+    """The reports of the most recently compiled graphs (at most 64), oldest first."""
+    out = list(_recent)
     if clear:
-        _reports.clear()
+        _recent.clear()
     return out
 
 
@@ -48,7 +79,10 @@ class ReinplacePass(_Base):
             gm, enable=inductor_config_enabled(), is_inference=is_inference, for_inductor=True
         )
         if report.calls:
-            _reports.append(report)
+            _recent.append(report)
+            with _collectors_lock:
+                for reports in _collectors:
+                    reports.append(report)
             log.debug("%s", report)
         if self.then is None:
             return
@@ -65,16 +99,28 @@ class ReinplacePass(_Base):
         # Inductor's FX graph cache and AOTAutograd's cache key on this. It must change whenever
         # the pass's code does, and whenever the registrations do: they decide what
         # functionalization emits for the same Dynamo graph (v1, v2 or PyTorch's own HOP).
-        from .guards import guard_current_compile
-        from .registry import registrations, state_token
-
         # On a cache hit functionalization does not run again; this does (Note [Guarding on the
         # registrations] in guards.py).
-        guard_current_compile(state_token)
-        files = sorted(str(p) for p in Path(__file__).parent.rglob("*.py"))
-        own = get_hash_for_files(tuple(files), extra=f"reinplace={inductor_config_enabled()}")
+        guard_current_compile(registry.state_token)
+        own = get_hash_for_files(_pass_sources(), extra=f"reinplace={inductor_config_enabled()}")
         then = self.then.uuid() if hasattr(self.then, "uuid") else repr(self.then)
-        return (own.hex(), tuple(sorted(registrations().items())), then)
+        return (own.hex(), registry.state_token(), then)
+
+
+# The modules whose code decides what the pass and the HOPs emit (the cache key hashes these
+# alone: the benchmark, the fuzzer, the CLI and the kernels do not change a compiled graph).
+_PASS_MODULES = ("hops", "passes", "views.py", "regions.py", "symbolic.py", "schema.py",
+                 "inductor.py")
+
+
+@functools.lru_cache(maxsize=1)
+def _pass_sources() -> tuple[str, ...]:
+    root = Path(__file__).parent
+    files = []
+    for name in _PASS_MODULES:
+        path = root / name
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.exists() else []
+    return tuple(str(f) for f in files)
 
 
 # Set to False to decompose the HOPs without re-inplacing (every buffer is cloned).
@@ -105,3 +151,6 @@ def install_pass() -> None:
             entry.default = ReinplacePass(then=default)
         except AttributeError:  # pragma: no cover - a config entry without a settable default
             pass
+
+
+registry.add_backend_hook(install_pass)

@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
@@ -32,6 +32,7 @@ __all__ = [
     "registered_strategy",
     "registrations",
     "state_token",
+    "add_backend_hook",
     "STRATEGIES",
 ]
 
@@ -205,10 +206,23 @@ def _route(info: OpInfo) -> bool:
     return first
 
 
-def _install_pass() -> None:
-    from .inductor import install_pass
+# Note [Backend hooks]
+# Backends that need something installed before a program with autofunc's HOPs reaches them
+# (Inductor: the re-inplace pass) add a hook here; it runs on every register/override and on
+# every functionalized call (so in whatever thread compiles). The registry imports no backend.
+_backend_hooks: list[Callable[[], None]] = []
 
-    install_pass()
+
+def add_backend_hook(hook: Callable[[], None]) -> None:
+    """Run ``hook()`` whenever an op is routed to autofunc or one of its calls is
+    functionalized (idempotent per hook; ``hook`` must be cheap and idempotent itself)."""
+    if hook not in _backend_hooks:
+        _backend_hooks.append(hook)
+
+
+def _install_pass() -> None:
+    for hook in _backend_hooks:
+        hook()
 
 
 def functionalize(op: Any = None, *, strategy: str = "v2") -> Any:
@@ -294,7 +308,7 @@ def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | 
         # their common base once.
         log.debug("%s: mutable arguments may overlap; this call uses v2", func)
         strategy = "v2"
-    _install_pass()  # Note [A process-wide pass] in inductor.py: this thread may lack it
+    _install_pass()  # Note [Backend hooks]: this thread may lack the Inductor pass
     if strategy == "v1":
         return functionalize_v1(ctx, func, args, kwargs or {})
     return functionalize_v2(ctx, func, args, kwargs or {})

@@ -247,3 +247,38 @@ def test_aliased_arguments_stay_distinct_objects(strategy, reinplace_pass):
         got = compiled(x)
         assert same_result(got, expected) and same_result(x, e)
         assert _identity_seen == [False, False]
+
+
+def test_reports_are_collected_per_block_and_bounded():
+    # Issue 10 item 3: reports used to accumulate for the life of the process.
+    from autofunc import inductor
+
+    def f(x, out):
+        _axpy(x, out)
+        return out + 1
+
+    with autofunc.register(_axpy, strategy="v2"):
+        with inductor.collect_reports() as outer:
+            with inductor.collect_reports() as inner:
+                torch.compile(f, backend="inductor")(torch.randn(4), torch.zeros(4))
+        torch._dynamo.reset()
+        torch.compile(f, backend="inductor", dynamic=True)(torch.randn(5), torch.zeros(5))
+    assert len(inner) == 1 and len(outer) == 1 and not inductor._collectors
+    assert [c.op for c in outer[0].calls] == ["af_adopt2::axpy.default"]
+    assert inductor._recent.maxlen is not None
+
+
+def test_registry_imports_no_backend():
+    # Issue 10 item 2: the registry is pure; the Inductor glue depends on it, not the reverse.
+    import ast
+    import inspect
+
+    from autofunc import registry
+
+    tree = ast.parse(inspect.getsource(registry))
+    imported = {
+        (node.module or "") + ":" + ",".join(a.name for a in node.names)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+    }
+    assert not [m for m in imported if "inductor" in m or "explain" in m], imported
