@@ -1,8 +1,9 @@
 """Plumbing shared by the v1 and v2 HOPs.
 
 Owns: the HOP base class, argument normalisation (schema order -> keyword dict), the exact clone
-used for mutable arguments and bases, the generic proxy / fake / functionalize / autograd rules,
-and the write-back of new values into a functional program. Imports views and schema only.
+used for mutable arguments and bases, the generic proxy / fake / functionalize / autograd rules
+(and Dynamo's leave to record the HOPs), and the write-back of new values into a functional
+program. Imports views and schema only.
 """
 
 from __future__ import annotations
@@ -179,7 +180,8 @@ def write_back(ctx: Any, old: torch.Tensor, new: torch.Tensor) -> None:
 
 
 def register_rules(hop: AutofuncHOP, dense: Callable) -> None:
-    """Register the fake, proxy, functionalize and autograd rules every autofunc HOP shares.
+    """Register the fake, proxy, functionalize and autograd rules every autofunc HOP shares,
+    and let Dynamo record the HOP (Note [Dynamo meets an autofunc HOP]).
 
     ``dense`` is the strategy's eager implementation; the fake rule runs it under the fake mode so
     the op's own fake implementation computes the output metadata.
