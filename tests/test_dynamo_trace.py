@@ -109,3 +109,21 @@ def test_compile_an_exported_module(name, strategy):
     # The unlifted graph's HOPs went through Dynamo and AOTAutograd to the pass.
     assert f"autofunc_{strategy}" in captured.functional[0]
     assert captured.report.calls
+
+
+def _slice_of_clone(x):
+    buf = x.clone()
+    corpus.add_(buf[1:], x[1:])  # under v2, _views holds the symbolic size of x
+    return buf
+
+
+def test_compile_a_dynamic_exported_module(strategy):
+    rows = torch.export.Dim("rows", min=3)
+    ep = torch.export.export(
+        _Program(_slice_of_clone), (torch.randn(4, 3),), dynamic_shapes=(({0: rows},),)
+    )
+    compiled, captured = compile_capture(ep.run_decompositions().module(), dynamic=True)
+    for n in (4, 6):
+        x = torch.randn(n, 3)
+        assert same_result(_slice_of_clone(x.clone()), compiled(x))
+    assert len(captured.functional) == 1  # one graph for both sizes
