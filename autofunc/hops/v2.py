@@ -34,6 +34,7 @@ __all__ = [
     "auto_functionalized_v2",
     "functionalize_v2",
     "ArgView",
+    "ViewsEntry",
     "encode_views",
     "decode_views",
     "regenerate",
