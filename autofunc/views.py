@@ -2,9 +2,10 @@
 
 This module owns the ``ViewChain`` data model (``Select`` / ``Slice`` / ``AsStrided`` steps), the
 inference of the cheapest chain that reproduces a view geometry *exactly* from its base geometry,
-and the HOP-kwargs wire format (``encode_chain`` / ``decode_chain``).  It is pure arithmetic on
-sizes, strides and offsets (ints or ``torch.SymInt``): it must not import HOP, FX-graph or
-Inductor modules, and it never installs guards (only ``statically_known_true`` decisions).
+and the HOP-kwargs wire format (``encode_chain`` / ``read_chain`` / ``decode_chain``).  It is pure
+arithmetic on sizes, strides and offsets (ints or ``torch.SymInt``): it must not import HOP,
+FX-graph or Inductor modules, and it never installs guards (only ``statically_known_true``
+decisions).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "infer_view_of",
     "encode_chain",
     "decode_chain",
+    "read_chain",
 ]
 
 IntLike = int | torch.SymInt
@@ -536,52 +538,97 @@ def infer_view_of(base: torch.Tensor, view: torch.Tensor) -> ViewChain:
 
 
 # --------------------------------------------------------------------------------------------
-# Wire format (HOP kwargs): nested tuples of str / int / SymInt
+# Wire format (HOP kwargs): a flat tuple of ints / SymInts
 # --------------------------------------------------------------------------------------------
+
+# Note [A flat wire format]
+# A chain travels in a HOP keyword through FX graphs, pytree, Dynamo and torch.export's
+# serializer. The serializer writes HOP arguments without a schema and knows only flat lists
+# (of ints, SymInts, strings, ...) and lists of tensors: nested tuples or a mix of strings and
+# ints raise SerializeError on ``torch.export.save``. So a chain is a flat, self-delimiting
+# tuple of ints (SymInts where a bound is symbolic): the step count, then each step as its tag
+# followed by its fields.
+
+# Step kind -> its tag on the wire (the fields follow the tag, in dataclass order).
+_TAG_OF = {
+    Select: 0,  # (0, dim, index)
+    Slice: 1,  # (1, dim, start, stop, step)
+    AsStrided: 2,  # (2, ndim, *size, *stride, storage_offset)
+}
 
 
 def encode_chain(chain: ViewChain) -> tuple:
-    """Encodes a chain as nested tuples of str / int / SymInt (FX-printable, pytree-proxyable).
+    """Encodes a chain as a flat tuple of ints / SymInts (Note [A flat wire format]).
 
     Args:
         chain: The chain to encode.
 
     Returns:
-        E.g. ``(("select", 0, 3), ("slice", 1, 2, 5, 1), ("as_strided", (2,), (1,), 4))``;
-        ``()`` for an alias.
+        ``(number of steps, *steps)``, each step its tag then its fields: ``x[3, 2:5]`` is
+        ``(2, 0, 0, 3, 1, 1, 2, 5, 1)``; an alias is ``(0,)``.
     """
-    wire = []
+    wire: list = [len(chain.steps)]
     for step in chain.steps:
+        wire.append(_TAG_OF[type(step)])
         if isinstance(step, Select):
-            wire.append(("select", step.dim, step.index))
+            wire += [step.dim, step.index]
         elif isinstance(step, Slice):
-            wire.append(("slice", step.dim, step.start, step.stop, step.step))
+            wire += [step.dim, step.start, step.stop, step.step]
         else:
-            wire.append(("as_strided", tuple(step.size), tuple(step.stride), step.storage_offset))
+            wire += [len(step.size), *step.size, *step.stride, step.storage_offset]
     return tuple(wire)
+
+
+def read_chain(wire: Sequence, pos: int = 0) -> tuple[ViewChain, int]:
+    """Decodes the chain ``encode_chain`` wrote at ``wire[pos:]``.
+
+    Args:
+        wire: A flat sequence holding an encoded chain from ``pos`` on (a list after a
+            serialization round trip is fine).
+        pos: Where the chain starts.
+
+    Returns:
+        The chain and the position just after it.
+
+    Raises:
+        ValueError: On an unknown step tag or a truncated entry.
+    """
+    try:
+        count, pos = wire[pos], pos + 1
+        steps: list[Step] = []
+        for _ in range(count):
+            tag, pos = wire[pos], pos + 1
+            if tag == _TAG_OF[Select]:
+                steps.append(Select(*wire[pos : pos + 2]))
+                pos += 2
+            elif tag == _TAG_OF[Slice]:
+                steps.append(Slice(*wire[pos : pos + 4]))
+                pos += 4
+            elif tag == _TAG_OF[AsStrided]:
+                ndim, pos = wire[pos], pos + 1
+                size, stride = wire[pos : pos + ndim], wire[pos + ndim : pos + 2 * ndim]
+                steps.append(AsStrided(tuple(size), tuple(stride), wire[pos + 2 * ndim]))
+                pos += 2 * ndim + 1
+            else:
+                raise ValueError(f"unknown view-chain step tag {tag!r} at {pos - 1} in {wire!r}")
+    except (IndexError, TypeError) as e:
+        raise ValueError(f"malformed view chain at {pos} in {wire!r}") from e
+    return ViewChain(tuple(steps)), pos
 
 
 def decode_chain(wire: Sequence) -> ViewChain:
     """Decodes the output of ``encode_chain`` (exact inverse).
 
     Args:
-        wire: Nested tuples (lists are accepted too, e.g. after a pytree round trip).
+        wire: The flat tuple (or list) ``encode_chain`` returned.
 
     Returns:
         The decoded chain.
 
     Raises:
-        ValueError: On an unknown step tag or a malformed entry.
+        ValueError: On an unknown step tag, a truncated entry or trailing values.
     """
-    steps: list[Step] = []
-    for entry in wire:
-        tag, *args = entry
-        if tag == "select" and len(args) == 2:
-            steps.append(Select(*args))
-        elif tag == "slice" and len(args) == 4:
-            steps.append(Slice(*args))
-        elif tag == "as_strided" and len(args) == 3:
-            steps.append(AsStrided(tuple(args[0]), tuple(args[1]), args[2]))
-        else:
-            raise ValueError(f"malformed view-chain step: {entry!r}")
-    return ViewChain(tuple(steps))
+    chain, end = read_chain(wire, 0)
+    if end != len(wire):
+        raise ValueError(f"trailing values after a view chain: {wire!r}")
+    return chain

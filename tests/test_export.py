@@ -4,6 +4,9 @@ included."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.export.graph_signature import OutputKind
@@ -145,3 +148,65 @@ def test_reinplace_clones_a_non_contiguous_buffer_outside_compile():
     base_before = base.clone()
     torch.testing.assert_close(gm(base, y), base_before[:, 1] + y)
     assert torch.equal(base, base_before)
+
+
+# -- torch.export.save / load in a fresh process ------------------------------------------------
+
+# The loading process imports autofunc and the ops' defining module, nothing else: it neither
+# registers the ops nor traces the programs.
+_LOAD_AND_RUN = """
+import sys, torch, autofunc
+from autofunc.bench import corpus  # defines the autofunc_corpus ops
+for path in sys.argv[1:]:
+    case = torch.load(path + ".inputs")
+    module = torch.export.load(path).module()
+    out = module(*case["inputs"])
+    torch.save({"out": out, "inputs": case["inputs"]}, path + ".result")
+"""
+SAVED_PROGRAMS = ["input_row", "list_arg", "two_overlapping", "returns_and_mutates"]
+
+
+def _dynamic_slice(x):
+    buf = x.clone()
+    corpus.add_(buf[1:], x[1:])  # v2's _views holds the symbolic size of x
+    return buf
+
+
+def _save_cases(strategy: str, folder) -> dict[str, tuple]:
+    """Export, save and record eager results of each program, before and after decompositions."""
+    cases = {n: (corpus.PROGRAMS[n].fn, corpus.PROGRAMS[n].inputs) for n in SAVED_PROGRAMS}
+    cases["dynamic_slice"] = (_dynamic_slice, lambda: (torch.randn(6, 3),))
+    expected = {}
+    regs = corpus.register_all(strategy)
+    try:
+        for name, (fn, make_inputs) in cases.items():
+            dim = {0: torch.export.Dim("rows", min=3)} if name == "dynamic_slice" else None
+            args = (torch.randn(4, 3),) if dim else make_inputs()
+            ep = torch.export.export(_Program(fn), args, dynamic_shapes=((dim,) * len(args),))
+            for decomposed in (False, True):
+                program = ep.run_decompositions() if decomposed else ep
+                assert bool(_hops(program.graph_module)) == decomposed
+                path = str(folder / f"{strategy}-{name}-{decomposed}.pt2")
+                torch.export.save(program, path)
+                inputs = list(make_inputs())
+                torch.save({"inputs": inputs}, path + ".inputs")
+                eager_inputs = [t.clone() for t in inputs]
+                expected[path] = (fn(*eager_inputs), eager_inputs)
+    finally:
+        for r in regs:
+            r.remove()
+    return expected
+
+
+def test_save_load_in_a_fresh_process(tmp_path):
+    # Note [A flat wire format]: v2's _views used to be nested tuples, which torch.export's
+    # serializer rejects once run_decompositions() has put the HOP into the graph.
+    expected = {**_save_cases("v1", tmp_path), **_save_cases("v2", tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_AND_RUN, *expected], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for path, (out, inputs) in expected.items():
+        result = torch.load(path + ".result")
+        assert same_result(out, result["out"]), path
+        assert same_result(inputs, result["inputs"]), path

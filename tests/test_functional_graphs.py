@@ -97,7 +97,7 @@ def forward(self, arg0_1):
         self.assertExpectedInline(captured.functional[0], """\
 def forward(self, arg0_1):
     full = torch.ops.aten.full.default([3, 3], 2.0, device = device(type='cpu'), pin_memory = False)
-    autofunc_v2 = torch.ops.higher_order.autofunc_v2('autofunc_corpus::add_.default', _bases = [full], _views = ((0, ()),), y = arg0_1)
+    autofunc_v2 = torch.ops.higher_order.autofunc_v2('autofunc_corpus::add_.default', _bases = [full], _views = (1, 0, 0), y = arg0_1)
     getitem = autofunc_v2[0]
     return (getitem,)""")
         self._assert_v2_has_no_scatter(captured.modules[0])
@@ -108,7 +108,7 @@ def forward(self, arg0_1):
 def forward(self, arg0_1):
     full = torch.ops.aten.full.default([3, 3], 2.0, device = device(type='cpu'), pin_memory = False)
     select_1 = torch.ops.aten.select.int(arg0_1, 0, 0)
-    autofunc_v2 = torch.ops.higher_order.autofunc_v2('autofunc_corpus::add_.default', _bases = [full], _views = ((0, (('select', 0, 0),)),), y = select_1)
+    autofunc_v2 = torch.ops.higher_order.autofunc_v2('autofunc_corpus::add_.default', _bases = [full], _views = (1, 0, 1, 0, 0, 0), y = select_1)
     getitem = autofunc_v2[0]
     return (getitem,)""")
         self._assert_v2_has_no_scatter(captured.modules[0])
@@ -119,7 +119,7 @@ def forward(self, arg0_1):
 def forward(self, arg0_1):
     zeros = torch.ops.aten.zeros.default([3, 3], device = device(type='cpu'), pin_memory = False)
     select_1 = torch.ops.aten.select.int(arg0_1, 0, 0)
-    autofunc_v2 = torch.ops.higher_order.autofunc_v2('autofunc_corpus::add_.default', _bases = [zeros], _views = ((0, (('select', 1, 1),)),), y = select_1)
+    autofunc_v2 = torch.ops.higher_order.autofunc_v2('autofunc_corpus::add_.default', _bases = [zeros], _views = (1, 0, 1, 0, 1, 1), y = select_1)
     getitem = autofunc_v2[0]
     return (getitem,)""")
         self._assert_v2_has_no_scatter(captured.modules[0])

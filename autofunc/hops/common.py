@@ -1,8 +1,9 @@
 """Plumbing shared by the v1 and v2 HOPs.
 
 Owns: the HOP base class, argument normalisation (schema order -> keyword dict), the exact clone
-used for mutable arguments and bases, the generic proxy / fake / functionalize / autograd rules,
-and the write-back of new values into a functional program. Imports views and schema only.
+used for mutable arguments and bases, the generic proxy / fake / functionalize / autograd rules
+(and Dynamo's leave to record the HOPs), and the write-back of new values into a functional
+program. Imports views and schema only.
 """
 
 from __future__ import annotations
@@ -179,7 +180,8 @@ def write_back(ctx: Any, old: torch.Tensor, new: torch.Tensor) -> None:
 
 
 def register_rules(hop: AutofuncHOP, dense: Callable) -> None:
-    """Register the fake, proxy, functionalize and autograd rules every autofunc HOP shares.
+    """Register the fake, proxy, functionalize and autograd rules every autofunc HOP shares,
+    and let Dynamo record the HOP (Note [Dynamo meets an autofunc HOP]).
 
     ``dense`` is the strategy's eager implementation; the fake rule runs it under the fake mode so
     the op's own fake implementation computes the output metadata.
@@ -216,3 +218,23 @@ def register_rules(hop: AutofuncHOP, dense: Callable) -> None:
     hop.py_impl(DispatchKey.Autograd)(_autograd)
     hop.fallthrough(DispatchKey.AutogradCPU)
     hop.fallthrough(DispatchKey.AutogradCUDA)
+    _allow_in_dynamo(hop)
+
+
+def _allow_in_dynamo(hop: AutofuncHOP) -> None:
+    """Let Dynamo put ``hop`` into the graphs it traces (Note [Dynamo meets an autofunc HOP]).
+
+    Note [Dynamo meets an autofunc HOP]
+    Dynamo reads an autofunc HOP when it traces code that calls one: the graph of
+    ``torch.export.export(...).module()``, or the backward graph compiled autograd re-traces
+    (where selective checkpointing recomputes the HOP). Dynamo only knows PyTorch's own HOPs
+    (a private name -> VariableTracker table) and refuses others ("unsupported
+    HigherOrderOperator"). Nothing has to be traced *inside* the HOP: it is functional (it
+    never writes its inputs) and its arguments are a ``str``, tensors, lists of tensors and
+    ints, so recording the call as it is, with its output computed by the fake rule, is all
+    Dynamo must do. ``torch.compiler.allow_in_graph`` (public since torch 2.1) does exactly
+    that: Dynamo consults it before its HOP table. AOTAutograd then meets the HOP again and
+    runs the functionalize/proxy rules above, so the compiled graph holds the HOP as if
+    autofunc had emitted it, and the re-inplace pass handles it as usual.
+    """
+    torch.compiler.allow_in_graph(hop)

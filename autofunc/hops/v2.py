@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -34,6 +35,8 @@ __all__ = [
     "functionalize_v2",
     "ArgView",
     "Distinct",
+    "ViewsEntry",
+    "encode_views",
     "decode_views",
     "regenerate",
 ]
@@ -51,9 +54,9 @@ class AutoFunctionalizedV2(AutofuncHOP):
         out = op(**other_kwargs, **args)
         return (*out, *new_bases)
 
-    ``_views`` has one entry per mutable argument of the schema: ``None`` (an optional argument
-    passed ``None``), ``(base_index, chain)`` for a tensor, or a tuple of those for a list;
-    ``chain`` is ``views.encode_chain`` of the view that regenerates the argument from its base.
+    ``_views`` says, for each mutable argument of the schema, which base and which view chain
+    regenerate it; it is a flat tuple of ints written by :func:`encode_views` and read by
+    :func:`decode_views` (Note [A flat wire format] in ``views``).
 
     Note [Why v2 clones bases]
     Cloning the argument (v1) leaves a view's mutation to be scattered back into its base by
@@ -80,16 +83,54 @@ class ArgView:
     chain: views.ViewChain
 
 
-def decode_views(info: OpInfo, wire: tuple) -> dict[str, ArgView | list[ArgView] | None]:
-    """``_views`` -> ``{mutable arg name: ArgView | [ArgView, ...] | None}``."""
-    out: dict[str, Any] = {}
-    for arg, entry in zip(info.mutable_args, wire, strict=True):
+ViewsEntry = ArgView | list[ArgView] | None  # one mutable argument: a tensor, a list, or None
+
+
+def encode_views(entries: Sequence[ViewsEntry]) -> tuple:
+    """The ``_views`` keyword for one call: one entry per mutable argument, in schema order.
+
+    Each entry is its tensor count (``-1`` for ``None``, ``1`` for a tensor, the length for a
+    list), then per tensor its base index and ``views.encode_chain`` of its chain. E.g. one
+    tensor argument that is ``bases[0][0]``: ``(1, 0, 1, 0, 0, 0)``.
+    """
+    wire: list = []
+    for entry in entries:
         if entry is None:
+            wire.append(-1)
+            continue
+        arg_views = entry if isinstance(entry, list) else [entry]
+        wire.append(len(arg_views))
+        for view in arg_views:
+            wire += [view.base_index, *views.encode_chain(view.chain)]
+    return tuple(wire)
+
+
+def decode_views(info: OpInfo, wire: Sequence) -> dict[str, ViewsEntry]:
+    """``_views`` -> ``{mutable arg name: ArgView | [ArgView, ...] | None}``.
+
+    Raises:
+        ValueError: When ``wire`` does not match the op's mutable arguments.
+    """
+    out: dict[str, ViewsEntry] = {}
+    pos = 0
+    for arg in info.mutable_args:
+        count, pos = wire[pos], pos + 1
+        if count == -1:
             out[arg.name] = None
-        elif arg.kind is ArgKind.LIST:
-            out[arg.name] = [ArgView(i, views.decode_chain(c)) for i, c in entry]
+            continue
+        arg_views = []
+        for _ in range(count):
+            base_index = wire[pos]
+            chain, pos = views.read_chain(wire, pos + 1)
+            arg_views.append(ArgView(base_index, chain))
+        if arg.kind is ArgKind.LIST:
+            out[arg.name] = arg_views
+        elif len(arg_views) == 1:
+            out[arg.name] = arg_views[0]
         else:
-            out[arg.name] = ArgView(entry[0], views.decode_chain(entry[1]))
+            raise ValueError(f"_views gives {count} tensors for {arg.name} of {info.qualname}")
+    if pos != len(wire):
+        raise ValueError(f"trailing values in _views of {info.qualname}: {wire!r}")
     return out
 
 
@@ -181,7 +222,7 @@ class _Bases:
             for t in group:
                 self._base_of[id(t)] = common
 
-    def view_of(self, t: torch.Tensor) -> tuple:
+    def view_of(self, t: torch.Tensor) -> ArgView:
         base = self._base_of[id(t)]
         for i, b in enumerate(self.tensors):
             if b is base:
@@ -192,7 +233,7 @@ class _Bases:
         # The current values, not the wrappers, carry consistent geometry (see may_overlap).
         inner_base, inner_t = self.ctx.unwrap_tensors((base, t))
         chain = views.infer_view_of(inner_base, inner_t)
-        return (i, views.encode_chain(_rebase(chain, -inner_base.storage_offset())))
+        return ArgView(i, _rebase(chain, -inner_base.storage_offset()))
 
 
 def _any_overlap(ctx: Any, group: list[torch.Tensor]) -> bool:
@@ -222,21 +263,21 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     info = op_info(op)
     kw = normalize_args(op, args, kwargs)
     bases = _Bases(ctx, [t for arg in info.mutable_args for t in _tensors(kw[arg.name])])
-    wire = []
+    entries: list[ViewsEntry] = []
     for arg in info.mutable_args:
         value = kw.pop(arg.name)
         if value is None:
-            wire.append(None)
+            entries.append(None)
         elif arg.kind is ArgKind.LIST:
-            wire.append(tuple(bases.view_of(t) for t in value))
+            entries.append([bases.view_of(t) for t in value])
         else:
-            wire.append(bases.view_of(value))
+            entries.append(bases.view_of(value))
     unwrapped = ctx.unwrap_tensors(kw)
     with ctx.redispatch_to_next():
         flat = auto_functionalized_v2(
             info.qualname,
             _bases=ctx.unwrap_tensors(bases.tensors),
-            _views=tuple(wire),
+            _views=encode_views(entries),
             **unwrapped,
         )
     outs, new_bases = flat[: info.num_returns], flat[info.num_returns :]

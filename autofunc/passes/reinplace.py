@@ -61,7 +61,7 @@ def reinplace(
 
     Before (v2, ``foo`` mutates ``x``)::
 
-        out = autofunc_v2("mylib::foo.default", _bases=[buf], _views=((0, (("select", 0, 0),)),))
+        out = autofunc_v2("mylib::foo.default", _bases=[buf], _views=<buf[0]>)
         new_buf = out[0]
         use(new_buf)
 

@@ -12,15 +12,18 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import autofunc
 from autofunc.bench import corpus  # noqa: F401  (defines the autofunc_corpus ops)
+from autofunc.hops.v2 import ArgView, encode_views
 from autofunc.testing import count_targets
+from autofunc.views import AsStrided, Select, Slice, ViewChain
 
 v1 = autofunc.auto_functionalized_v1
 v2 = autofunc.auto_functionalized_v2
 ADD = "autofunc_corpus::add_.default"
 
 
-def _select(dim, index):
-    return ("select", dim, index)
+def _on_base(*chains):
+    """``_views`` for one tensor argument per chain (a list of steps), each a view of base 0."""
+    return encode_views([ArgView(0, ViewChain(tuple(chain))) for chain in chains])
 
 
 # -- dense semantics ----------------------------------------------------------------------------
@@ -58,7 +61,7 @@ def test_v1_list_and_optional_arguments():
 def test_v2_changes_only_the_view_in_a_new_base():
     base, y = torch.randn(3, 4), torch.randn(4)
     base_before = base.clone()
-    out = v2(ADD, _bases=[base], _views=((0, (_select(0, 1),)),), y=y)
+    out = v2(ADD, _bases=[base], _views=_on_base([Select(0, 1)]), y=y)
     assert isinstance(out, tuple) and len(out) == 1
     (new_base,) = out
     expected = base_before.clone()
@@ -74,7 +77,7 @@ def test_v2_two_arguments_on_one_base_share_one_new_base():
     (new_base,) = v2(
         "autofunc_corpus::two.default",
         _bases=[base],
-        _views=((0, (("slice", 0, 0, 3, 1),)), (0, (("slice", 0, 1, 4, 1),))),
+        _views=_on_base([Slice(0, 0, 3, 1)], [Slice(0, 1, 4, 1)]),
     )
     expected = base_before.clone()
     expected[0:3] += 1
@@ -88,7 +91,7 @@ def test_v2_as_strided_step_is_relative_to_the_base():
     storage = torch.zeros(8)
     base = storage[2:]  # a base with a storage offset of its own
     (new_base,) = v2(
-        ADD, _bases=[base], _views=((0, (("as_strided", (2,), (2,), 1),)),), y=torch.ones(2)
+        ADD, _bases=[base], _views=_on_base([AsStrided((2,), (2,), 1)]), y=torch.ones(2)
     )
     torch.testing.assert_close(new_base, torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0, 0.0]))
     assert torch.equal(storage, torch.zeros(8))
@@ -122,9 +125,9 @@ def record_(x: torch.Tensor) -> None:
 
 _VIEWS = {
     # name: (view of a (3, 4) base, the chain that regenerates it)
-    "column": (lambda b: b[:, 1], (_select(1, 1),)),
-    "transpose": (lambda b: b.t(), (("as_strided", (4, 3), (1, 4), 0),)),
-    "strided_rows": (lambda b: b[::2], (("slice", 0, 0, 3, 2),)),
+    "column": (lambda b: b[:, 1], [Select(1, 1)]),
+    "transpose": (lambda b: b.t(), [AsStrided((4, 3), (1, 4), 0)]),
+    "strided_rows": (lambda b: b[::2], [Slice(0, 0, 3, 2)]),
 }
 
 
@@ -147,7 +150,7 @@ def test_v2_op_sees_the_exact_view_geometry(view):
     base = torch.arange(12.0).reshape(3, 4)
     arg = make_view(base)
     _seen.clear()
-    (new_base,) = v2("aftest_hops::record_.default", _bases=[base], _views=((0, chain),))
+    (new_base,) = v2("aftest_hops::record_.default", _bases=[base], _views=_on_base(chain))
     assert _seen == [(tuple(arg.shape), arg.stride(), arg.storage_offset())]
     expected = base.clone()
     make_view(expected).mul_(2)
@@ -161,7 +164,7 @@ def test_v2_op_sees_the_exact_view_geometry(view):
 def test_fake_mode_outputs():
     with FakeTensorMode():
         base, y = torch.empty(3, 4), torch.empty(4)
-        (new_base,) = v2(ADD, _bases=[base], _views=((0, (_select(0, 1),)),), y=y)
+        (new_base,) = v2(ADD, _bases=[base], _views=_on_base([Select(0, 1)]), y=y)
         total, new_x = v1("autofunc_corpus::add_and_sum.default", x=base[:, 1], y=y[:3])
     assert isinstance(new_base, FakeTensor) and new_base.shape == (3, 4)
     assert isinstance(total, FakeTensor) and total.shape == (1,)
@@ -169,7 +172,7 @@ def test_fake_mode_outputs():
 
 
 def _call_v2(base, y):
-    return v2(ADD, _bases=[base], _views=((0, (_select(0, 1),)),), y=y)
+    return v2(ADD, _bases=[base], _views=_on_base([Select(0, 1)]), y=y)
 
 
 def _call_v1(base, y):
