@@ -16,12 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-try:
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-except ImportError:  # pragma: no cover - very old torch
-
-    def statically_known_true(x):  # type: ignore[misc]
-        return x if isinstance(x, bool) else False
+from .symbolic import known as _known
 
 
 __all__ = [
@@ -89,13 +84,6 @@ class _Geom(NamedTuple):
 # --------------------------------------------------------------------------------------------
 # Guard-free arithmetic helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _known(cond) -> bool:
-    """True iff ``cond`` is provably true; never installs a guard."""
-    if isinstance(cond, bool):
-        return cond
-    return bool(statically_known_true(cond))
 
 
 def _as_int(x) -> int | None:
