@@ -122,17 +122,19 @@ def span_extent(size: Sequence[Any], stride: Sequence[Any], arith: Arith = PY_AR
     return extent
 
 
-def copy_extent(size: Sequence[Any], stride: Sequence[Any], arith: Arith = PY_ARITH) -> Any:
-    """The number of elements a flat copy of a view's storage span needs: ``0`` for an empty view,
-    else :func:`span_extent`.
+def copy_extent(
+    size: Sequence[Any], stride: Sequence[Any], arith: Arith = PY_ARITH, *, start: Any = 0
+) -> Any:
+    """How many elements a flat view must hold to contain a view that begins ``start`` elements
+    into it: ``0`` for an empty view (whatever ``start``), else ``start + span_extent``.
 
-    A size that may be 0 (not statically at least 1) multiplies the extent by
+    A size that may be 0 (not statically at least 1) multiplies the result by
     ``min(1, size...)``, a branch-free 0 or 1, instead of asking (Note [Undecided geometry]).
     """
     values = [arith.value(n) for n in size]
     if any(known(v == 0) for v in values):
         return 0
-    extent = span_extent(size, stride, arith)
+    extent = arith.add(start, span_extent(size, stride, arith))
     maybe_empty = [n for n, v in zip(size, values) if not known(v >= 1)]
     if not maybe_empty:
         return extent

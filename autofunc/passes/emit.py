@@ -173,8 +173,7 @@ def emit_as_strided(ctx: Any, base: fx.Node, size: Any, stride: Any, rel: Any) -
     size, stride = list(size), list(stride)
     if isinstance(rel, int) and rel == 0:
         return emit(ctx, _aten.as_strided.default, (base, size, stride))
-    arith = graph_arith(ctx)
-    end = arith.add(rel, copy_extent(size, stride, arith))
+    end = copy_extent(size, stride, graph_arith(ctx), start=rel)
     flat = emit(ctx, _aten.as_strided.default, (base, [end], [1]))
     shifted = emit(ctx, _aten.slice.Tensor, (flat, 0, rel, end))
     return emit(ctx, _aten.as_strided.default, (shifted, size, stride))
