@@ -278,6 +278,8 @@ def _kept_step(bsize: IntLike, bstride: IntLike, vsize: IntLike, vstride: IntLik
         step = step if step is not None and _known(step * bstride == vstride) else None
     if step is None or step < 1:
         return None
+    if step == 1 and _known(vsize == bsize):
+        return step  # the whole dim, even one that may be empty (an unbacked size)
     if not (_known(vsize >= 1) and _known((vsize - 1) * step <= bsize - 1)):
         return None
     return step
