@@ -2,7 +2,9 @@
 
 Every function takes the pass's context ``ctx`` (``ctx.gm``, ``ctx.fake_mode``,
 ``ctx.for_inductor``) and inserts at the graph's current insertion point. Knows how Inductor
-lowers what it emits (Notes [Clones for Inductor] and [Storage offsets]); decides nothing.
+lowers what it emits (Notes [Clones for Inductor], [Storage offsets], [Unbacked outputs]);
+decides nothing. Symbolic sizes reach emitted code only as graph nodes (``geometry_of``,
+``graph_arith``), never as SymInt constants.
 """
 
 from __future__ import annotations
@@ -194,11 +196,15 @@ class _GraphArith:
         return emit(self.ctx, fn, (a, b))
 
     def add(self, a: Any, b: Any) -> Any:
+        if isinstance(a, int) and a == 0:
+            return b
         if isinstance(b, int) and b == 0:
             return a
         return self._apply(operator.add, a, b)
 
     def mul(self, a: Any, b: Any) -> Any:
+        if isinstance(a, int) and a == 1:
+            return b
         if isinstance(b, int) and b == 1:
             return a
         return self._apply(operator.mul, a, b)
