@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._dynamo.config as dynamo_config
+import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, resolve_unbacked_bindings
 
 import autofunc
@@ -38,10 +39,25 @@ def _(decoder):
     return decoder.new_empty([ctx.new_dynamic_size() for _ in range(3)], dtype=torch.float32)
 
 
+@torch.library.custom_op(f"{_NS}::make_pair", mutates_args={"decoder"})
+def make_pair(decoder: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """decoder += 1; returns two tensors whose sizes only the kernel knows."""
+    decoder.add_(1)
+    return torch.ones(3), torch.arange(6.0).reshape(2, 3)
+
+
+@make_pair.register_fake
+def _(decoder):
+    ctx = torch.library.get_ctx()
+    n, m = ctx.new_dynamic_size(), ctx.new_dynamic_size()
+    f32 = torch.float32
+    return decoder.new_empty([n], dtype=f32), decoder.new_empty([m, n], dtype=f32)
+
+
 @pytest.fixture
 def ops(strategy):
-    """``bump`` and ``make_image`` routed through autofunc with the test's strategy."""
-    regs = [autofunc.register(op, strategy=strategy) for op in (bump, make_image)]
+    """The ops of this file routed through autofunc with the test's strategy."""
+    regs = [autofunc.register(op, strategy=strategy) for op in (bump, make_image, make_pair)]
     yield
     for r in regs:
         r.remove()
@@ -100,31 +116,34 @@ def _make_image(x):
     return make_image(x)
 
 
+def _make_pair(x):
+    a, b = make_pair(x)
+    return a.sum() + b.sum(), b
+
+
+@pytest.mark.parametrize("fn", [_make_image, _make_pair])
 @pytest.mark.usefixtures("ops", "data_dependent")
-def test_unbacked_output_inductor(strategy):
+def test_unbacked_output_inductor(strategy, fn):
     # Inductor's FakeTensorUpdater re-ran the direct op call the pass emits, got fresh unbacked
     # sizes and compared them with the old ones downstream ("'GreaterThan' - 'GreaterThan'").
-    compiled = torch.compile(_make_image, backend="inductor", fullgraph=True)
-    check(_make_image, compiled, torch.zeros(10, dtype=torch.int64))
+    compiled = torch.compile(fn, backend="inductor", fullgraph=True)
+    check(fn, compiled, torch.zeros(10, dtype=torch.int64))
 
 
-def test_unbacked_bindings_follow_the_direct_call():
-    # The same fix seen in the graph: the call carries the HOP's bindings, paths rebased.
-    regs = [autofunc.register(make_image, strategy="v2")]
-    try:
-        with dynamo_config.patch(capture_dynamic_output_shape_ops=True):
-            compiled, captured = compile_capture(_make_image)
-            compiled(torch.zeros(4, dtype=torch.int64))
-    finally:
-        regs[0].remove()
-    (call,) = [
-        n for n in captured.modules[0].graph.nodes if n.target is torch.ops.autofunc_dyn.make_image.default
-    ]
+@pytest.mark.usefixtures("ops", "data_dependent")
+@pytest.mark.parametrize("fn, op", [(_make_image, make_image), (_make_pair, make_pair)])
+def test_unbacked_bindings_follow_the_direct_call(strategy, fn, op):
+    # The same fix seen in the graph: the call carries the HOP's bindings, paths rebased onto
+    # its own result (one tensor, or a tuple).
+    compiled, captured = compile_capture(fn)
+    compiled(torch.zeros(4, dtype=torch.int64))
+    graph = captured.modules[0].graph
+    (call,) = graph.find_nodes(op="call_function", target=op._opoverload)
     val = call.meta["val"]
-    bindings = resolve_unbacked_bindings(val.shape[0].node.shape_env, call.meta["unbacked_bindings"])
-    assert {torch.utils._pytree.key_get(val, path).node.expr for path in bindings.values()} == {
-        n.node.expr for n in val.shape
-    }
+    sizes = [n for t in pytree.tree_leaves(val) for n in t.shape]
+    bindings = resolve_unbacked_bindings(sizes[0].node.shape_env, call.meta["unbacked_bindings"])
+    bound = {pytree.key_get(val, path).node.expr for path in bindings.values()}
+    assert bound == {n.node.expr for n in sizes}
 
 
 # -- item 3: symbolic sizes in emitted code ------------------------------------------------------
