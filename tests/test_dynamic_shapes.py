@@ -219,7 +219,10 @@ def test_copy_extent_of_a_maybe_empty_view_is_zero_when_empty():
     assert symbolic.copy_extent([3, 2], [4, 1]) == symbolic.span_extent([3, 2], [4, 1]) == 10
 
 
-def test_contiguity_of_unbacked_geometry():
+@pytest.mark.parametrize("aten_helper", [True, False], ids=["torch", "fallback"])
+def test_contiguity_of_unbacked_geometry(monkeypatch, aten_helper):
+    if not aten_helper:  # torch without is_contiguous_or_false
+        monkeypatch.setattr(symbolic, "_torch_contiguous_or_false", None)
     env = ShapeEnv()
     u0 = _unbacked(env)
     fake_mode = torch._subclasses.FakeTensorMode(shape_env=env)
@@ -227,4 +230,5 @@ def test_contiguity_of_unbacked_geometry():
         t = torch.empty(u0, 2)
         assert symbolic.contiguous_or_false(t)  # decidable: strides (2, 1)
         assert not symbolic.contiguous_or_false(t[:, 1])  # [u0] of stride 2: undecidable
+    assert not env.guards
     assert symbolic.contiguous_or_false(torch.empty(3, 2)[:, :1]) is False
