@@ -21,12 +21,6 @@ except ImportError:  # pragma: no cover - very old torch
     def statically_known_true(x):  # type: ignore[misc]
         return x if isinstance(x, bool) else False
 
-
-try:  # torch >= 2.8: ATen's own contiguity test, False on a data-dependent question
-    from torch._prims_common import is_contiguous_or_false as _torch_contiguous_or_false
-except ImportError:  # pragma: no cover - older torch: the fallback below
-    _torch_contiguous_or_false = None
-
 __all__ = [
     "Arith",
     "PY_ARITH",
@@ -59,11 +53,14 @@ def is_symbolic(x: Any) -> bool:
 
 
 def contiguous_or_false(t: torch.Tensor) -> bool:
-    """``t.is_contiguous()`` when that is decidable without a guard, else ``False``."""
+    """``t.is_contiguous()`` when that is statically known, else ``False``.
+
+    Not ``torch._prims_common.is_contiguous_or_false``: that one answers a question on backed
+    sizes with a guard (``guard_or_false``), which would specialize the user's graph from inside
+    a HOP's fake rule or the pass. This test installs no guard on any torch version.
+    """
     if not any(is_symbolic(x) for x in (*t.shape, *t.stride())):
         return t.is_contiguous()
-    if _torch_contiguous_or_false is not None:
-        return bool(_torch_contiguous_or_false(t))
     if any(known(n == 0) for n in t.shape):
         return True
     expected: Any = 1

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch._dynamo.config as dynamo_config
 import torch.utils._pytree as pytree
-from torch.fx.experimental.symbolic_shapes import ShapeEnv, resolve_unbacked_bindings
+from torch._dynamo.source import ConstantSource
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, resolve_unbacked_bindings
 
 import autofunc
 from autofunc import symbolic
@@ -219,16 +220,18 @@ def test_copy_extent_of_a_maybe_empty_view_is_zero_when_empty():
     assert symbolic.copy_extent([3, 2], [4, 1]) == symbolic.span_extent([3, 2], [4, 1]) == 10
 
 
-@pytest.mark.parametrize("aten_helper", [True, False], ids=["torch", "fallback"])
-def test_contiguity_of_unbacked_geometry(monkeypatch, aten_helper):
-    if not aten_helper:  # torch without is_contiguous_or_false
-        monkeypatch.setattr(symbolic, "_torch_contiguous_or_false", None)
+def test_contiguity_without_guards():
     env = ShapeEnv()
     u0 = _unbacked(env)
-    fake_mode = torch._subclasses.FakeTensorMode(shape_env=env)
-    with fake_mode:
+    s0 = env.create_symintnode(
+        env.create_symbol(3, ConstantSource("s"), dynamic_dim=DimDynamic.DYNAMIC), hint=3
+    )
+    with torch._subclasses.FakeTensorMode(shape_env=env):
         t = torch.empty(u0, 2)
         assert symbolic.contiguous_or_false(t)  # decidable: strides (2, 1)
         assert not symbolic.contiguous_or_false(t[:, 1])  # [u0] of stride 2: undecidable
+        # a backed stride: torch's is_contiguous_or_false would guard on s0 != 2 here
+        assert not symbolic.contiguous_or_false(torch.empty_strided((4, 2), (s0, 1)))
+        assert symbolic.contiguous_or_false(torch.empty(4, s0))
     assert not env.guards
     assert symbolic.contiguous_or_false(torch.empty(3, 2)[:, :1]) is False
