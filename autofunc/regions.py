@@ -3,7 +3,7 @@
 Pure geometry on (size, stride, storage offset), ints or SymInts, decided only when statically
 known (never installing guards); anything undecided counts as overlapping. Used by the HOPs (may
 two mutable arguments alias?) and by the alias analysis of the re-inplace pass. Imports
-``views`` only.
+``views`` and ``symbolic`` only.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import dataclasses
 from typing import Any
 
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import views
+from .symbolic import known as _known
+from .symbolic import span_extent
 
 __all__ = [
     "Region",
@@ -26,10 +27,6 @@ __all__ = [
     "same_geometry",
     "tensors_may_overlap",
 ]
-
-
-def _known(cond: Any) -> bool:
-    return cond if isinstance(cond, bool) else statically_known_true(cond)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +86,7 @@ def region_of_geometry(geom: tuple, root: tuple, root_dense: bool = True) -> Reg
     size, stride, off = geom
     if any(_known(s == 0) for s in size):
         return Region(off, off)
-    hi = off + 1 + sum((s - 1) * abs(st) for s, st in zip(size, stride))
+    hi = off + span_extent(size, stride)
     if not root_dense:
         return Region(off, hi)
     chain = views.infer_view(*root, size, stride, off)
@@ -129,7 +126,7 @@ def region_of_storage(val: torch.Tensor) -> Region:
     size, stride, off = tuple(val.shape), tuple(val.stride()), val.storage_offset()
     if any(_known(s == 0) for s in size):
         return Region(off, off)
-    return Region(off, off + 1 + sum((s - 1) * abs(st) for s, st in zip(size, stride)))
+    return Region(off, off + span_extent(size, stride))
 
 
 def tensors_may_overlap(a: torch.Tensor, b: torch.Tensor, root: torch.Tensor) -> bool:

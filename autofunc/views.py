@@ -17,12 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-try:
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-except ImportError:  # pragma: no cover - very old torch
-
-    def statically_known_true(x):  # type: ignore[misc]
-        return x if isinstance(x, bool) else False
+from .symbolic import known as _known
 
 
 __all__ = [
@@ -91,13 +86,6 @@ class _Geom(NamedTuple):
 # --------------------------------------------------------------------------------------------
 # Guard-free arithmetic helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _known(cond) -> bool:
-    """True iff ``cond`` is provably true; never installs a guard."""
-    if isinstance(cond, bool):
-        return cond
-    return bool(statically_known_true(cond))
 
 
 def _as_int(x) -> int | None:
@@ -292,6 +280,8 @@ def _kept_step(bsize: IntLike, bstride: IntLike, vsize: IntLike, vstride: IntLik
         step = step if step is not None and _known(step * bstride == vstride) else None
     if step is None or step < 1:
         return None
+    if step == 1 and _known(vsize == bsize):
+        return step  # the whole dim, even one that may be empty (an unbacked size)
     if not (_known(vsize >= 1) and _known((vsize - 1) * step <= bsize - 1)):
         return None
     return step

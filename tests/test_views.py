@@ -255,6 +255,20 @@ def test_symint_no_guards() -> None:
     assert len(env.guards) == guards
 
 
+def test_unbacked_size_that_may_be_zero_kept_whole() -> None:
+    # t[:, 1] of t = torch.ones(n.item(), 2): u0 may be 0, but the dim is taken whole.
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    u0 = env.create_unbacked_symint()
+    torch._check(u0 >= 0)
+    chain = infer_view((u0, 2), (2, 1), 0, (u0,), (2,), 1)
+    assert chain == ViewChain((Select(1, 1),))
+    chain = infer_view((u0, 2), (2, 1), 0, (u0, 1), (2, 1), 1)  # t[:, 1:2]
+    assert chain == ViewChain((Slice(1, 1, 2, 1),))
+    assert not env.guards
+
+
 def test_backed_symint_example_guided_no_guards() -> None:
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv

@@ -34,6 +34,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..symbolic import span_extent
+
 __all__ = [
     "OPS",
     "PATHS",
@@ -613,7 +615,7 @@ class _Gen:
             for k in order:  # innermost first: each stride covers the dims inside it
                 strides[k] = stride
                 stride *= sizes[k] * rng.choice([1, 1, 2])
-            span = sum((s - 1) * st for s, st in zip(sizes, strides)) + 1
+            span = span_extent(sizes, strides)
             if hi - span < lo:
                 continue
             offset = rng.randint(lo, hi - span)

@@ -21,10 +21,9 @@ from torch.fx.experimental.proxy_tensor import (
     track_tensor_tree,
 )
 
-from torch.fx.experimental.symbolic_shapes import statically_known_true
-
 from ..regions import overlaps, region_of_storage, tensors_may_overlap
 from ..schema import OpInfo
+from ..symbolic import contiguous_or_false, copy_extent
 
 __all__ = [
     "AutofuncHOP",
@@ -80,19 +79,15 @@ def clone_exact(t: torch.Tensor) -> torch.Tensor:
 
     Custom ops default to ``needs_exact_strides``, so a clone handed to one must have the strides
     eager would pass. Unlike a storage-level clone it copies only the elements ``t`` covers (for
-    an overlapping or gappy ``t``, the storage span between its first and last element).
+    an overlapping or gappy ``t``, the storage span between its first and last element). When
+    contiguity cannot be decided without a guard (unbacked sizes), the span copy is taken: it
+    is exact either way (Note [Undecided geometry]).
     """
-    if t.is_contiguous():
+    if contiguous_or_false(t):
         return t.clone()
-    extent = 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
+    extent = copy_extent(t.shape, t.stride())
     span = t.as_strided((extent,), (1,), t.storage_offset()).clone()
     return span.as_strided(t.shape, t.stride(), 0)
-
-
-def _known_true(cond: Any) -> bool:
-    if isinstance(cond, bool):
-        return cond
-    return statically_known_true(cond)
 
 
 def get_base(t: torch.Tensor) -> torch.Tensor:

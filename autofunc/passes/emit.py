@@ -2,7 +2,9 @@
 
 Every function takes the pass's context ``ctx`` (``ctx.gm``, ``ctx.fake_mode``,
 ``ctx.for_inductor``) and inserts at the graph's current insertion point. Knows how Inductor
-lowers what it emits (Notes [Clones for Inductor] and [Storage offsets]); decides nothing.
+lowers what it emits (Notes [Clones for Inductor], [Storage offsets], [Unbacked outputs]);
+decides nothing. Symbolic sizes reach emitted code only as graph nodes (``geometry_of``,
+``graph_arith``), never as SymInt constants.
 """
 
 from __future__ import annotations
@@ -16,18 +18,21 @@ from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .. import views
+from ..symbolic import Arith, contiguous_or_false, copy_extent, is_symbolic
 from .alias import VIEW_OPS
 
 __all__ = [
     "NO_VAL",
-    "add",
     "emit",
     "emit_as_strided",
     "emit_clone",
     "emit_view",
     "fake_mode_of",
     "fake_values",
+    "geometry_of",
     "getitem_of",
+    "graph_arith",
+    "inherit_unbacked_bindings",
     "pin_layout",
 ]
 
@@ -85,31 +90,50 @@ def emit_clone(
     The span is one-dimensional, so no layout choice of Inductor can disagree with the strides
     the graph records, and the clone is a fresh buffer. (``empty_strided`` + ``copy_`` is not
     safe under Inductor: lowering ``copy_`` into a fresh buffer may make that buffer an alias of
-    the source, or re-lay it out before an ``as_strided`` reads it.) Under Inductor a buffer that several aliasing arguments share
-    is also copied this way: Inductor copies an argument whose layout is not yet fixed once per
-    argument, which would break their aliasing, and an ``as_strided`` view fixes it (a buffer
-    written in place gets the same treatment through ``pin_layout``).
+    the source, or re-lay it out before an ``as_strided`` reads it.) Under Inductor a buffer that
+    several aliasing arguments share is also copied this way: Inductor copies an argument whose
+    layout is not yet fixed once per argument, which would break their aliasing, and an
+    ``as_strided`` view fixes it (a buffer written in place gets the same treatment through
+    ``pin_layout``). Symbolic sizes and strides are passed as nodes (``geometry_of``), never as
+    SymInt constants, and a contiguity that cannot be decided without a guard takes the span
+    copy (Note [Undecided geometry]).
     """
     val = src.meta["val"]
-    if val.is_contiguous() and not (aliased and ctx.for_inductor):
+    if contiguous_or_false(val) and not (aliased and ctx.for_inductor):
         node = emit(ctx, _aten.clone.default, (src,))
     elif direct and not aliased and src.op == "call_function" and src.target in VIEW_OPS:
         # A view copied into a fresh buffer: Inductor lowers this copy_ as a new pointwise
         # buffer, whose layout the op call then fixes to these exact strides.
+        size, stride = geometry_of(ctx, src)
         node = emit(
             ctx,
             _aten.empty_strided.default,
-            (list(val.shape), list(val.stride())),
+            (size, stride),
             {"dtype": val.dtype, "device": val.device},
         )
         emit(ctx, _aten.copy_.default, (node, src))
     else:
-        extent = 1 + sum((s - 1) * st for s, st in zip(val.shape, val.stride()))
+        size, stride = geometry_of(ctx, src)
+        extent = copy_extent(size, stride, graph_arith(ctx))
         span = emit_as_strided(ctx, src, [extent], [1], 0)
         flat = emit(ctx, _aten.clone.default, (span,))
-        node = emit_as_strided(ctx, flat, val.shape, val.stride(), 0)
+        node = emit_as_strided(ctx, flat, size, stride, 0)
     node.meta["autofunc.clone"] = True
     return node
+
+
+def geometry_of(ctx: Any, node: fx.Node) -> tuple[list, list]:
+    """``node``'s size and stride for emitted code: ints, and ``sym_size`` / ``sym_stride`` nodes
+    for the symbolic entries (a SymInt in an FX argument is not code: it prints as a free name).
+    """
+    val = node.meta["val"]
+    size, stride = [], []
+    for d, (n, st) in enumerate(zip(val.shape, val.stride())):
+        size.append(emit(ctx, _aten.sym_size.int, (node, d), val=n) if is_symbolic(n) else int(n))
+        stride.append(
+            emit(ctx, _aten.sym_stride.int, (node, d), val=st) if is_symbolic(st) else int(st)
+        )
+    return size, stride
 
 
 def emit_view(ctx: Any, base: fx.Node, chain: views.ViewChain) -> fx.Node:
@@ -133,8 +157,7 @@ def pin_layout(ctx: Any, buf: fx.Node) -> fx.Node:
     """
     if buf.op == "placeholder":  # a graph input's layout is fixed already
         return buf
-    val = buf.meta["val"]
-    return emit_as_strided(ctx, buf, val.shape, val.stride(), 0)
+    return emit_as_strided(ctx, buf, *geometry_of(ctx, buf), 0)
 
 
 def emit_as_strided(ctx: Any, base: fx.Node, size: Any, stride: Any, rel: Any) -> fx.Node:
@@ -146,21 +169,79 @@ def emit_as_strided(ctx: Any, base: fx.Node, size: Any, stride: Any, rel: Any) -
     value, which need not match the tensor that runs (eager ``slice_scatter`` of a view keeps
     the view's offset, its meta function does not) or the node a later pass substitutes (Inductor
     swaps a scatter's fresh buffer for the graph input it re-inplaces into, at another offset).
+    ``size``, ``stride`` and ``rel`` hold ints and nodes (never SymInts), and the arithmetic on
+    them is emitted (``graph_arith``).
     """
     size, stride = list(size), list(stride)
     if isinstance(rel, int) and rel == 0:
         return emit(ctx, _aten.as_strided.default, (base, size, stride))
-    extent = 1 + sum((s - 1) * st for s, st in zip(size, stride))
-    end = add(ctx, rel, extent)
+    end = copy_extent(size, stride, graph_arith(ctx), start=rel)
     flat = emit(ctx, _aten.as_strided.default, (base, [end], [1]))
     shifted = emit(ctx, _aten.slice.Tensor, (flat, 0, rel, end))
     return emit(ctx, _aten.as_strided.default, (shifted, size, stride))
 
 
-def add(ctx: Any, a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int):
-        return a + b
-    return emit(ctx, operator.add, (a, b))
+class _GraphArith:
+    """:class:`~autofunc.symbolic.Arith` on ints and FX nodes: folds ints, emits the rest."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+
+    def value(self, x: Any) -> Any:
+        return fake_values(x)
+
+    def _apply(self, fn: Any, a: Any, b: Any) -> Any:
+        if isinstance(a, int) and isinstance(b, int):
+            return fn(a, b)
+        return emit(self.ctx, fn, (a, b))
+
+    def add(self, a: Any, b: Any) -> Any:
+        if isinstance(a, int) and a == 0:
+            return b
+        if isinstance(b, int) and b == 0:
+            return a
+        return self._apply(operator.add, a, b)
+
+    def mul(self, a: Any, b: Any) -> Any:
+        if isinstance(a, int) and a == 1:
+            return b
+        if isinstance(b, int) and b == 1:
+            return a
+        return self._apply(operator.mul, a, b)
+
+    def min(self, a: Any, b: Any) -> Any:
+        return self._apply(torch.sym_min, a, b)
+
+
+def graph_arith(ctx: Any) -> Arith:
+    """Arithmetic that emits its symbolic steps into ``ctx``'s graph (ints stay ints)."""
+    return _GraphArith(ctx)
+
+
+def inherit_unbacked_bindings(call: fx.Node, hop: fx.Node, num_returns: int) -> None:
+    """Give the direct op call that replaces ``hop`` the bindings of the unbacked symbols (data-
+    dependent sizes) the op's outputs introduced, with the paths into ``hop``'s flat outputs
+    rewritten into paths into the call's result.
+
+    Note [Unbacked outputs]
+    A pass that re-runs fake propagation (Inductor's FakeTensorUpdater, after the post-grad
+    passes) runs the op's fake kernel again for the new call, which makes fresh unbacked
+    symbols; ``unbacked_bindings`` is how it learns that they are the ones the rest of the graph
+    already uses (``rebind_unbacked``). Without them it compares unrelated symbols downstream and
+    fails (or keeps two names for one size).
+    """
+    bindings = hop.meta.get("unbacked_bindings")
+    if not bindings or num_returns == 0:
+        return
+    out = {}
+    for symbol, path in bindings.items():
+        first = path[0] if path else None
+        index = getattr(first, "idx", None)
+        if index is None or index >= num_returns:
+            continue  # a new buffer: a clone's sizes are its source's, so nothing binds there
+        out[symbol] = path[1:] if num_returns == 1 else path
+    if out:
+        call.meta["unbacked_bindings"] = out
 
 
 def getitem_of(graph: fx.Graph, call: fx.Node, index: int, like: fx.Node) -> fx.Node:

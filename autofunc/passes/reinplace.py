@@ -32,6 +32,7 @@ from .emit import (
     fake_mode_of,
     fake_values,
     getitem_of,
+    inherit_unbacked_bindings,
     pin_layout,
 )
 from ..regions import Region, overlaps
@@ -398,6 +399,7 @@ def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node])
     hop_val = node.meta.get("val")
     val = NO_VAL if hop_val is None else unpack_outputs(info, tuple(hop_val[: info.num_returns]))
     call = emit(ctx, info.op, args, kwargs, val=val)
+    inherit_unbacked_bindings(call, node, info.num_returns)  # Note [Unbacked outputs]
     # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's inputs
     # to these values, which have exactly the strides eager passes.
     call.meta["eager_input_vals"] = fake_values((args, kwargs))
