@@ -3,7 +3,7 @@
 A cell compiles the program under one backend with its ops handled by one strategy, calls it
 ``program.calls`` times on fresh inputs, and checks each call against eager: the outputs AND
 the final value of every input (and of every input's ``.grad`` when the program runs a
-backward). Under an autofunc strategy it also checks that no graph the compile produced holds
+backward), and which outputs share storage with which inputs. Under an autofunc strategy it also checks that no graph the compile produced holds
 PyTorch's built-in ``auto_functionalized`` / ``auto_functionalized_v2``.
 
 Strategies: ``autofunc_v1`` / ``autofunc_v2`` (the program's ops registered with autofunc) and
@@ -128,7 +128,23 @@ def _call(program: Program, fn: Callable, inputs: tuple, backward_ctx: Callable)
         with backward_ctx():
             loss.backward()
         grads = [t.grad for t in _requires_grad_leaves(inputs)]
-    return out, inputs, grads
+    return out, inputs, grads, _aliasing(out, inputs)
+
+
+def _aliasing(out: Any, inputs: Any) -> list[list[int]]:
+    """For each output tensor, the indices of the input tensors it shares storage with: eager's
+    answer is part of the program's meaning (an output that is a fresh tensor in eager must not
+    alias an input after compilation, and one that is a view of an input must stay one)."""
+
+    def ptr(t: torch.Tensor) -> int | None:
+        if t.numel() == 0 or t.is_nested:
+            return None
+        return t.untyped_storage().data_ptr()
+
+    ins = [ptr(t) if isinstance(t, torch.Tensor) else None
+           for t in torch.utils._pytree.tree_leaves(inputs)]
+    outs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    return [[j for j, p in enumerate(ins) if p is not None and p == ptr(o)] for o in outs]
 
 
 def _assert_same(program: Program, what: str, expected: Any, got: Any, call: int) -> None:
@@ -140,11 +156,19 @@ def _assert_same(program: Program, what: str, expected: Any, got: Any, call: int
         )
 
 
-def _check_calls(program: Program, compiled: Callable, backward_ctx: Callable) -> None:
-    for i in range(program.calls):
+def _check_calls(
+    program: Program,
+    compiled: Callable,
+    backward_ctx: Callable,
+    aliasing: bool = True,
+    calls: range | None = None,
+) -> None:
+    """``aliasing=False`` for an exported module, whose outputs never alias its inputs."""
+    whats = ("outputs", "final inputs", "input grads", "output/input aliasing")[: 3 + aliasing]
+    for i in calls or range(program.calls):
         expected = _call(program, program.fn, program.make_inputs(i), contextlib.nullcontext)
         got = _call(program, compiled, program.make_inputs(i), backward_ctx)
-        for what, e, g in zip(("outputs", "final inputs", "input grads"), expected, got):
+        for what, e, g in zip(whats, expected, got):
             _assert_same(program, what, e, g, i)
 
 
@@ -204,15 +228,40 @@ class _AsModule(torch.nn.Module):
         return self.fn(*args)
 
 
+def _dynamic_shapes(program: Program, args: tuple) -> Any:
+    """Every dimension ``Dim.AUTO`` for a program compiled with ``dynamic=True`` (its calls
+    may change shapes), else static."""
+    if not program.dynamic:
+        return None
+    auto = torch.export.Dim.AUTO
+    spec = torch.utils._pytree.tree_map(
+        lambda a: {d: auto for d in range(a.dim())} if isinstance(a, torch.Tensor) else None,
+        args,
+    )
+    return (spec,)  # _AsModule.forward takes *args: one entry, the whole tuple
+
+
 def _run_export(program: Program, strategy: str) -> list[str]:
+    """Export once and run every call; a ``dynamic`` program (whose calls change shapes, as a
+    recompiling ``torch.compile`` would follow) is exported again for each call. Export
+    captures inference graphs, so only the forward is compared (no backward, no ``.grad``)."""
+    program = dataclasses.replace(program, backward=False, compiled_autograd=False)
     mode = torch.inference_mode() if program.inference_mode else contextlib.nullcontext()
-    with mode:
-        ep = torch.export.export(_AsModule(program.fn), program.make_inputs(0))
-    _check_calls(program, ep.module(), contextlib.nullcontext)
-    with mode:
-        decomposed = ep.run_decompositions()
-    seen = builtin_hops(decomposed.graph_module)
-    _check_calls(program, decomposed.module(), contextlib.nullcontext)
+    groups = [range(i, i + 1) for i in range(program.calls)] if program.dynamic else [None]
+    seen: list[str] = []
+    for calls in groups:
+        args = program.make_inputs(calls[0] if calls else 0)
+        with mode:
+            ep = torch.export.export(
+                _AsModule(program.fn), args, dynamic_shapes=_dynamic_shapes(program, args)
+            )
+        _check_calls(program, ep.module(), contextlib.nullcontext, aliasing=False, calls=calls)
+        with mode:
+            decomposed = ep.run_decompositions()
+        seen += builtin_hops(decomposed.graph_module)
+        _check_calls(
+            program, decomposed.module(), contextlib.nullcontext, aliasing=False, calls=calls
+        )
     return seen
 
 

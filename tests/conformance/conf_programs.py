@@ -392,13 +392,14 @@ _RECOMPILE_SHAPES = [(10, 10), (100, 100), (10, 2), (1000, 1000)]
 
 
 def _recompile_inputs(i):
+    torch.manual_seed(1000 + i)
     return (torch.rand(*_RECOMPILE_SHAPES[i]),)
 
 
 def _recompile(name, fn, **kw):
     PROGRAMS[name] = Program(
         name, AF, TAF + "test_recompile", fn,
-        lambda i: (torch.manual_seed(1000 + i), _recompile_inputs(i))[1],
+        _recompile_inputs,
         (ADD_MUL,), calls=len(_RECOMPILE_SHAPES), dynamic=True, **kw,
     )
 
@@ -500,6 +501,25 @@ def af_dst_src_rows(x):
     return buf
 
 
+def _write_two(x, y, z):
+    x.copy_(z * 2)
+    y.copy_(z + 1)
+
+
+WRITE_TWO = _op("afconf_af::write_two", "(Tensor! x, Tensor! y, Tensor z) -> ()", _write_two)
+
+
+@program(AF, TAF + "test_scheduling_with_multiple_mutates", (WRITE_TWO,),
+         lambda: (torch.rand(2, 2), torch.rand(2, 2)))
+def af_scheduling_multiple_mutates(x, w):
+    a = torch.empty_like(x)
+    b = torch.empty_like(x)
+    torch.ops.afconf_af.write_two(a, b, x)  # unnamed alias sets: `Tensor!`
+    c = torch.mm(a, w)
+    torch.ops.afconf_af.write_two(c, b, x)
+    return c, b
+
+
 # ================================================================================================
 # test_inplacing_pass.py (the programs that call mutable custom ops)
 # ================================================================================================
@@ -588,8 +608,12 @@ def ip_multi_output_intermediate(x):
     return out1, out2, x**2
 
 
-variant("ip_multi_output_intermediate_grad", ip_multi_output_intermediate,
-        make_inputs=lambda i: (torch.manual_seed(1000 + i), (torch.randn(3, requires_grad=True),))[1],
+def _grad_input(i):
+    torch.manual_seed(1000 + i)
+    return (torch.randn(3, requires_grad=True),)
+
+
+variant("ip_multi_output_intermediate_grad", ip_multi_output_intermediate, make_inputs=_grad_input,
         source=TIP + "test_multi_output_intermediate (requires_grad=True)")
 
 
@@ -636,10 +660,6 @@ def _my_sin(factory):
 
 
 _MYSIN = {"ones_like": _my_sin(torch.ones_like), "empty_like": _my_sin(torch.empty_like)}
-
-
-def _grad_input(i):
-    return (torch.randn(3, requires_grad=True),)
 
 
 @program(IP, TIP + "test_partitioner_recomputes_factory (ones_like, sin_op)", (SIN,), _grad_input,
@@ -934,3 +954,33 @@ def vllm_rotary_gptj_no_key(positions, q, cos_sin_cache):
 def vllm_mutated_args_and_return(x):
     ret = vllm.function_with_mutated_args_and_return(x)
     return x, ret
+
+
+# ================================================================================================
+# The two bug classes of issue 7 item 10 (PyTorch issues #198131 and #195451), in the same form
+# ================================================================================================
+
+ISSUES = "pytorch_issues"
+
+
+@program(ISSUES, "PyTorch #198131 / PR #198132: dst[:] = src, then the op mutates src",
+         (BUMP,), lambda: (torch.zeros(2, 3), torch.randn(2, 3)))
+def issue_copy_then_mutate_src(dst, src):
+    dst[:] = src
+    torch.ops.afconf_af.bump(src)
+    return dst * 1, src * 1
+
+
+@program(ISSUES, "PyTorch #195451: the op mutates a select_scatter result copied back into an "
+         "input; the output must not alias the input", (BUMP,),
+         lambda: (torch.randn(3, 4), torch.randn(4)))
+def issue_scatter_result_mutated_and_copied_back(x, v):
+    y = x.clone()
+    y[0] = v
+    torch.ops.afconf_af.bump(y)
+    x.copy_(y)
+    return y
+
+
+variant("vllm_rotary_qkv_split_dynamic", vllm_rotary_qkv_split, dynamic=True,
+        source=TVL + "TestRotaryEmbeddingSliceScatter (dynamic=True, as vLLM compiles)")
