@@ -106,6 +106,18 @@ def regressions(rows: list[dict]) -> list[str]:
     return out
 
 
+def wins(rows: list[dict]) -> list[str]:
+    """Cells where autofunc passes and the built-in of the same version fails."""
+    by = {(r["program"], r["strategy"], r["backend"]): r for r in rows}
+    out = []
+    for (p, s, b), r in sorted(by.items()):
+        if s.startswith("builtin") and not r["ok"]:
+            mine = by.get((p, s.replace("builtin", "autofunc"), b))
+            if mine and mine["ok"]:
+                out.append(f"{p} / {s} / {b}: {r['error']}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backends", default="aot_eager,export,inductor")
@@ -114,13 +126,14 @@ def main() -> None:
     ap.add_argument("--json", default=str(ROOT / "results" / "conformance.json"))
     ap.add_argument("--md", default=str(ROOT / "results" / "conformance.md"))
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--report-only", action="store_true", help="rewrite --md from --json")
     args = ap.parse_args()
     signal.signal(signal.SIGALRM, _on_alarm)
 
     names = args.programs.split(",") if args.programs else list(PROGRAMS)
     path = Path(args.json)
     rows: list[dict] = []
-    if args.resume and path.exists():
+    if (args.resume or args.report_only) and path.exists():
         rows = json.loads(path.read_text())["cells"]
     done = {(r["program"], r["strategy"], r["backend"]) for r in rows}
 
@@ -133,11 +146,17 @@ def main() -> None:
         regs = regressions(rows)
         md += ["Cells where the built-in passes and autofunc fails:", ""]
         md += [f"- {r}" for r in regs] or ["- none"]
+        md += ["", "Cells where the built-in fails and autofunc (same version) passes:", ""]
+        md += [f"- {w}" for w in wins(rows)] or ["- none"]
         md += ["", "Failing cells:", ""]
         md += [f"- {r['program']} / {r['strategy']} / {r['backend']}: {r['error']}"
                for r in rows if not r["ok"]]
         Path(args.md).write_text("\n".join(md) + "\n")
 
+    if args.report_only:
+        save()
+        print(table(rows))
+        return
     for backend in args.backends.split(","):
         for name in names:
             for strategy in args.strategies.split(","):
