@@ -100,9 +100,12 @@ def regressions(rows: list[dict]) -> list[str]:
     out = []
     for (p, s, b), r in sorted(by.items()):
         if s.startswith("autofunc") and not r["ok"]:
-            builtin_ok = [v for v in ("builtin_v1", "builtin_v2") if by.get((p, v, b), {}).get("ok")]
+            builtin_ok = [
+                v for v in ("builtin_v1", "builtin_v2") if by.get((p, v, b), {}).get("ok")
+            ]
             if builtin_ok:
-                out.append(f"{p} / {s} / {b}: {r['error']} (built-in passes: {', '.join(builtin_ok)})")
+                passes = ", ".join(builtin_ok)
+                out.append(f"{p} / {s} / {b}: {r['error']} (built-in passes: {passes})")
     return out
 
 

@@ -3,8 +3,9 @@
 A cell compiles the program under one backend with its ops handled by one strategy, calls it
 ``program.calls`` times on fresh inputs, and checks each call against eager: the outputs AND
 the final value of every input (and of every input's ``.grad`` when the program runs a
-backward), and which outputs share storage with which inputs. Under an autofunc strategy it also checks that no graph the compile produced holds
-PyTorch's built-in ``auto_functionalized`` / ``auto_functionalized_v2``.
+backward), and which outputs share storage with which inputs. Under an autofunc strategy it
+also checks that no graph the compile produced holds PyTorch's built-in
+``auto_functionalized`` / ``auto_functionalized_v2``.
 
 Strategies: ``autofunc_v1`` / ``autofunc_v2`` (the program's ops registered with autofunc) and
 ``builtin_v1`` / ``builtin_v2`` (not registered; ``torch._inductor.config.
@@ -148,7 +149,9 @@ def _aliasing(out: Any, inputs: Any) -> list[list[int]]:
 
 
 def _assert_same(program: Program, what: str, expected: Any, got: Any, call: int) -> None:
-    detached = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.detach(), (expected, got))
+    detached = torch.utils._pytree.tree_map_only(
+        torch.Tensor, lambda t: t.detach(), (expected, got)
+    )
     if not same_result(*detached, atol=program.atol, rtol=program.atol):
         raise AssertionError(
             f"{program.name}: call {call}: {what} differ from eager\n"

@@ -148,8 +148,11 @@ def _xyzwn(x, y, z, w, n):
     z.add_(y[1] + n)
 
 
-XYZWN = _op("afconf_af::xyzwn", "(Tensor(a!) x, Tensor[] y, Tensor(b!) z, SymInt w, Tensor n) -> ()",
-            _xyzwn)
+XYZWN = _op(
+    "afconf_af::xyzwn",
+    "(Tensor(a!) x, Tensor[] y, Tensor(b!) z, SymInt w, Tensor n) -> ()",
+    _xyzwn,
+)
 
 
 def _xyzwn_inputs():
@@ -686,7 +689,7 @@ def _add5(x):
     return x.clone()
 
 
-CA_FOO = _op("afconf_ca::foo", "(Tensor(a!) x) -> Tensor", _add5, fake=lambda x: torch.empty_like(x))
+CA_FOO = _op("afconf_ca::foo", "(Tensor(a!) x) -> Tensor", _add5, fake=torch.empty_like)
 _lib("afconf_ca").define("foo_mutated(Tensor(a!) x) -> Tensor")
 _lib("afconf_ca").impl("foo_mutated", lambda x: torch.ops.afconf_ca.foo(x),
                        "CompositeImplicitAutograd")

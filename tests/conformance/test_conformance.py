@@ -45,7 +45,11 @@ INDUCTOR_CI = {
 }
 
 # Export cells of dynamic / inference-mode variants that still run in CI.
-EXPORT_CI_VARIANTS = {"af_two_mutated_inputs_dynamic", "af_recompile_slices", "af_inference_mode_view"}
+EXPORT_CI_VARIANTS = {
+    "af_two_mutated_inputs_dynamic",
+    "af_recompile_slices",
+    "af_inference_mode_view",
+}
 
 
 def _slow(name: str, backend: str) -> bool:
