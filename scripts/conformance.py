@@ -141,8 +141,10 @@ def main() -> None:
     done = {(r["program"], r["strategy"], r["backend"]) for r in rows}
 
     def save() -> None:
-        meta = {"torch": torch.__version__, "programs": len(names),
-                "strategies": args.strategies.split(","), "backends": args.backends.split(",")}
+        meta = {"torch": torch.__version__,
+                "programs": len({r["program"] for r in rows}),
+                "strategies": sorted({r["strategy"] for r in rows}),
+                "backends": [b for b in H.BACKENDS if any(r["backend"] == b for r in rows)]}
         path.write_text(json.dumps({"meta": meta, "cells": rows}, indent=1) + "\n")
         md = [f"Conformance on torch {torch.__version__} (CPU): cells passed / run.", "",
               table(rows), ""]

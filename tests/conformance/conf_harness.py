@@ -14,7 +14,9 @@ enable_auto_functionalized_v2`` picks PyTorch's HOP), the baseline the suite com
 Backends: ``aot_eager`` (:func:`autofunc.testing.compile_capture`, which runs autofunc's pass
 on the captured graph under autofunc strategies), ``inductor`` (the post-grad graph is recorded
 by a ``post_grad_custom_pre_pass``, before either re-inplace pass runs) and ``export``
-(``torch.export.export(...).module()``, then ``run_decompositions().module()``).
+(``torch.export.export(...).module()``, then ``run_decompositions().module()``) and
+``export_compile`` (``torch.compile`` of ``run_decompositions().module()``, whose graph already
+holds the HOP, through ``compile_capture``: the second path of issue 7 item 4).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from autofunc.testing import compile_capture, same_result
 __all__ = ["Program", "STRATEGIES", "BACKENDS", "run_cell", "builtin_hops"]
 
 STRATEGIES = ("autofunc_v1", "autofunc_v2", "builtin_v1", "builtin_v2")
-BACKENDS = ("aot_eager", "inductor", "export")
+BACKENDS = ("aot_eager", "inductor", "export", "export_compile")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +270,31 @@ def _run_export(program: Program, strategy: str) -> list[str]:
     return seen
 
 
-_RUNNERS = {"aot_eager": _run_aot_eager, "inductor": _run_inductor, "export": _run_export}
+def _run_export_compile(program: Program, strategy: str) -> list[str]:
+    program = dataclasses.replace(program, backward=False, compiled_autograd=False)
+    mode = torch.inference_mode() if program.inference_mode else contextlib.nullcontext()
+    groups = [range(i, i + 1) for i in range(program.calls)] if program.dynamic else [None]
+    seen: list[str] = []
+    for calls in groups:
+        args = program.make_inputs(calls[0] if calls else 0)
+        with mode:
+            ep = torch.export.export(
+                _AsModule(program.fn), args, dynamic_shapes=_dynamic_shapes(program, args)
+            ).run_decompositions()
+        fn, captured = compile_capture(
+            ep.module(), reinplace_pass=strategy.startswith("autofunc"), dynamic=program.dynamic
+        )
+        _check_calls(program, fn, contextlib.nullcontext, aliasing=False, calls=calls)
+        seen += [h for gm in captured.modules for h in builtin_hops(gm)]
+    return seen
+
+
+_RUNNERS = {
+    "aot_eager": _run_aot_eager,
+    "inductor": _run_inductor,
+    "export": _run_export,
+    "export_compile": _run_export_compile,
+}
 
 
 def run_cell(program: Program, strategy: str, backend: str) -> list[str]:
