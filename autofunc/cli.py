@@ -5,22 +5,52 @@
     autofunc explain MODULE:FUNCTION [--strategy v1|v2] [--backend inductor|aot_eager]
 
 The only module of autofunc that prints. Benchmark code lives in ``autofunc.bench``.
+Every user error (bad arguments, an unwritable output path, a target that cannot be imported or
+does not return ``(fn, args)``) is one line on stderr and exit status 2, found before any work
+starts: arguments are checked before the benchmark modules are even imported.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 import time
+from typing import Any
 
 __all__ = ["main"]
 
 
+class _UsageError(Exception):
+    """A user error: :func:`main` prints ``autofunc <command>: <message>`` and returns 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage block), exit status 2."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command in ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    ap = argparse.ArgumentParser(prog="autofunc", description="autofunc tools")
+    ap = _parser()
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "bench":
+            return _bench(args)
+        if args.command == "bench-compile":
+            return _bench_compile(args)
+        return _explain(args)
+    except _UsageError as e:
+        print(f"autofunc {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="autofunc", description="autofunc tools")
     sub = ap.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="memory/time/correctness sweep vs eager and the built-in")
@@ -58,21 +88,73 @@ def main(argv: list[str] | None = None) -> int:
     )
     explain.add_argument("--strategy", choices=("v1", "v2"), default=None)
     explain.add_argument("--backend", choices=("inductor", "aot_eager"), default="inductor")
+    return ap
 
-    args = ap.parse_args(argv)
-    if args.command == "bench":
-        return _bench(args)
-    if args.command == "bench-compile":
-        from .bench import compile_time
 
-        argv2 = ["--layers", args.layers, "--timeout", str(args.timeout), "--device", args.device]
-        argv2 += ["--json", args.json] if args.json else []
-        argv2 += ["--budget", str(args.budget)] if args.budget is not None else []
-        return compile_time.main(argv2)
-    return _explain(args)
+# --- argument checks: each raises _UsageError naming the option and what it got ----------------
+def _positive_ints(option: str, text: str, sep: str = ",") -> tuple[int, ...]:
+    """``"8,32"`` -> ``(8, 32)``; anything but positive integers is a usage error."""
+    try:
+        values = tuple(int(v) for v in text.split(sep))
+    except ValueError:
+        values = ()
+    if not values or any(v <= 0 for v in values):
+        raise _UsageError(f"{option} must be {sep!r}-separated positive integers, got {text!r}")
+    return values
+
+
+def _sizes(text: str) -> tuple[tuple[int, int], ...]:
+    """``"16x2,64x2"`` -> ``((16, 2), (64, 2))`` (BLOCKSxLAYERS points)."""
+    try:
+        points = tuple(_positive_ints("--sizes", point, sep="x") for point in text.split(","))
+    except _UsageError:
+        points = ()
+    if not points or any(len(p) != 2 for p in points):
+        raise _UsageError(
+            f"--sizes must be comma-separated BLOCKSxLAYERS points of positive integers, "
+            f"e.g. 16x2,64x2; got {text!r}"
+        )
+    return points  # type: ignore[return-value]
+
+
+def _check_writable(option: str, path: str) -> None:
+    """``path`` can be created or overwritten: its folder exists and is writable, and it is not
+    itself a folder. Checked up front so a long run never ends in a failed write."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise _UsageError(f"{option} {path!r} is a directory, not a file path")
+    if not os.path.isdir(folder):
+        raise _UsageError(f"{option} {path!r}: directory {folder!r} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise _UsageError(f"{option} {path!r} is not writable")
+
+
+def _check_device(option: str, device: str) -> None:
+    """``cpu`` or ``cuda[:N]``, and CUDA only where torch sees a GPU."""
+    if device == "cpu":
+        return
+    if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise _UsageError(f"{option} must be cpu or cuda[:N], got {device!r}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise _UsageError(f"{option} {device} but torch.cuda.is_available() is False")
 
 
 def _bench(args: argparse.Namespace) -> int:
+    sizes = _sizes(args.sizes) if args.sizes else None
+    if args.repeat < 0:
+        raise _UsageError(f"--repeat must be >= 0, got {args.repeat}")
+    json_path = args.json or (os.path.splitext(args.plot)[0] + ".json" if args.plot else "")
+    if json_path:
+        _check_writable("--json" if args.json else "--plot (its .json)", json_path)
+    if args.plot:
+        _check_writable("--plot", args.plot)
+        if importlib.util.find_spec("matplotlib") is None:
+            raise _UsageError("--plot needs matplotlib, which is not installed")
+    if args.device:
+        _check_device("--device", args.device)
+
     from .bench import report, run
     from .bench import sweep as sweeps
 
@@ -82,11 +164,9 @@ def _bench(args: argparse.Namespace) -> int:
         changes["cases"] = tuple(args.cases.split(","))
     if args.strategies:
         changes["lines"] = tuple(args.strategies.split(","))
-    if args.sizes:
+    if sizes:
         changes["x_names"] = ("cache_blocks", "layers")
-        changes["x_vals"] = tuple(
-            tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")
-        )
+        changes["x_vals"] = sizes
     if args.device:
         changes["device"] = args.device
     if args.repeat:
@@ -96,24 +176,15 @@ def _bench(args: argparse.Namespace) -> int:
     try:
         sweep = sweep.replace(**changes)
     except ValueError as e:
-        print(f"autofunc bench: {e}", file=sys.stderr)
-        return 2
-    if sweep.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            print(
-                "autofunc bench: --device cuda but torch.cuda.is_available() is False",
-                file=sys.stderr,
-            )
-            return 2
+        raise _UsageError(str(e)) from None
+    if not args.device:
+        _check_device(f"sweep {sweep.name!r} runs on", sweep.device)
     n = len(sweep.cases) * len(sweep.x_vals) * len(sweep.lines)
     print(f"[bench] sweep {sweep.name}: {n} points on {sweep.device} ({sweep.backend})", flush=True)
     t0 = time.perf_counter()
     records = run.run_sweep(sweep, progress=lambda line: print(line, flush=True))
     print(report.format_table(records))
     print(f"[bench] {n} points in {time.perf_counter() - t0:.0f} s")
-    json_path = args.json or (os.path.splitext(args.plot)[0] + ".json" if args.plot else "")
     if json_path:
         report.write_json(json_path, records, sweep)
         print(f"[bench] wrote {json_path}")
@@ -123,17 +194,78 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_compile(args: argparse.Namespace) -> int:
+    _positive_ints("--layers", args.layers)
+    if args.json:
+        _check_writable("--json", args.json)
+    if args.timeout <= 0 or (args.budget is not None and args.budget < 0):
+        raise _UsageError(
+            f"--timeout must be > 0 and --budget >= 0, got {args.timeout} and {args.budget}"
+        )
+    if args.device not in ("cpu", "cuda"):
+        raise _UsageError(f"--device must be cpu or cuda, got {args.device!r}")
+    _check_device("--device", args.device)
+    from .bench import compile_time
+
+    argv2 = ["--layers", args.layers, "--timeout", str(args.timeout), "--device", args.device]
+    argv2 += ["--json", args.json] if args.json else []
+    argv2 += ["--budget", str(args.budget)] if args.budget is not None else []
+    return compile_time.main(argv2)
+
+
 def _explain(args: argparse.Namespace) -> int:
+    from .errors import AutofuncError
+
+    fn, fn_args, ops = _load_target(args.target)
     import autofunc
 
-    module_name, sep, fn_name = args.target.partition(":")
-    if not sep or not fn_name:
-        print(f"autofunc explain: expected MODULE:FUNCTION, got {args.target!r}", file=sys.stderr)
-        return 2
-    made = getattr(importlib.import_module(module_name), fn_name)()
-    fn, fn_args, ops = (*made, ()) if len(made) == 2 else made
-    print(autofunc.explain(fn, *fn_args, strategy=args.strategy, backend=args.backend, ops=ops))
+    try:
+        report = autofunc.explain(
+            fn, *fn_args, strategy=args.strategy, backend=args.backend, ops=ops
+        )
+    except AutofuncError as e:
+        raise _UsageError(f"{args.target}: {e}") from None
+    print(report)
     return 0
+
+
+def _load_target(target: str) -> tuple[Any, tuple, tuple]:
+    """Import ``MODULE:FUNCTION``, call ``FUNCTION()`` and check it returned ``(fn, args)`` or
+    ``(fn, args, ops)``; each failure is a one-line usage error naming the target."""
+    module_name, sep, fn_name = target.partition(":")
+    if not sep or not module_name or not fn_name:
+        raise _UsageError(f"expected MODULE:FUNCTION, got {target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # ImportError, or any error the module raises while importing
+        raise _UsageError(f"cannot import {module_name!r}: {type(e).__name__}: {e}") from None
+    factory = getattr(module, fn_name, None)
+    if not callable(factory):
+        what = "has no attribute" if factory is None else "has a non-callable"
+        raise _UsageError(f"module {module_name!r} {what} {fn_name!r}")
+    try:
+        made = factory()
+    except Exception as e:  # the user's factory failed: report it, not our stack
+        raise _UsageError(f"{target}() raised {type(e).__name__}: {e}") from None
+    shape_ok = isinstance(made, (tuple, list)) and len(made) in (2, 3)
+    if shape_ok:
+        fn, fn_args, ops = (*made, ()) if len(made) == 2 else made
+        shape_ok = callable(fn) and isinstance(fn_args, (tuple, list))
+        shape_ok = shape_ok and isinstance(ops, (tuple, list))
+    if not shape_ok:
+        raise _UsageError(
+            f"{target}() must return (fn, args) or (fn, args, ops) with fn callable and args/ops "
+            f"tuples, got {_describe(made)}"
+        )
+    return fn, tuple(fn_args), tuple(ops)
+
+
+def _describe(value: Any) -> str:
+    """A short description of a value, for error messages."""
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(type(v).__name__ for v in value)
+        return f"{type(value).__name__} of {len(value)} ({inner})"
+    return type(value).__name__
 
 
 if __name__ == "__main__":

@@ -18,8 +18,15 @@ Semantics, as plain Python (GQA: ``num_q_heads`` is a multiple of ``num_kv_heads
             p = softmax(scale * k[:, kv_h] @ query[s, h])                     # fp32
             out[s, h] = (p @ v[:, kv_h]).to(out.dtype)
 
-A sequence with ``seq_lens[s] == 0`` gets zeros. Requires ``seq_lens[s] <= max_blocks_per_seq *
-block_size`` and valid block ids (not checked: it would need a device sync).
+A sequence with ``seq_lens[s] == 0`` gets zeros. NaN and inf propagate as in the reference
+(a NaN query, key or value of a valid token gives NaN; a +inf score gives NaN).
+
+Contract: ``0 <= seq_lens[s] <= max_blocks_per_seq * block_size``; the blocks a sequence uses
+(``block_tables[s, :cdiv(seq_lens[s], block_size)]``) are in ``[0, num_blocks)``; the unused
+tail of a row is never read and may hold anything (``-1`` by convention). An invalid entry raises
+ValueError naming its position whenever the indices are checked (Note [Index checks] in
+``_checks.py``); unchecked, the kernel never reads outside the cache and writes NaN to that
+sequence's rows of ``out``.
 
 Provenance: online-softmax loop over cache blocks follows ``kernel_paged_attention_2d`` in vLLM
 https://github.com/vllm-project/vllm/blob/ecb91d2bca57a30d00bd1baac4a108a07b2bdc63/vllm/attention/ops/chunked_prefill_paged_decode.py
@@ -29,14 +36,22 @@ Changes:
     - flash layout ``[num_blocks, block_size, num_kv_heads, head_dim]``; every stride is an int64
       argument (query/out head and dim strides, block table stride, cache dim stride);
     - K/V loads are masked past ``seq_len``, so stale or NaN cache slots cannot leak in;
-    - ``seq_len == 0`` yields zeros instead of 0/0; no ALiBi, sliding window, fp8 or prefill.
+    - block ids and ``seq_len`` are range-masked (a bad one poisons the row with NaN);
+    - ``seq_len == 0`` yields zeros instead of 0/0, while NaN/inf still propagate (the running
+      max is made finite only when it is -inf); no ALiBi, sliding window, fp8 or prefill.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._checks import check_one_device, check_tensors
+from ._checks import (
+    check_index_values,
+    check_no_internal_overlap,
+    check_one_device,
+    check_tensors,
+    index_checks_enabled,
+)
 from ._triton import require_triton, tl, triton, use_triton
 
 __all__ = ["paged_decode_attention", "paged_decode_attention_op", "paged_decode_attention_ref"]
@@ -51,7 +66,8 @@ def paged_decode_attention_ref(
     seq_lens: torch.Tensor,
     scale: float,
 ) -> None:
-    """PyTorch reference: writes the attention output into ``out`` in place (see module)."""
+    """PyTorch reference: writes the attention output into ``out`` in place (see module).
+    Trusts its inputs: the custom op validates them first (:func:`_check_args`)."""
     block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
     group = query.shape[1] // num_kv_heads
     for s, seq_len in enumerate(seq_lens.tolist()):
@@ -80,6 +96,8 @@ def _paged_decode_attention_kernel(
     scale,  # fp32 softmax scale
     head_dim,
     num_queries_per_kv,  # num_q_heads // num_kv_heads
+    num_blocks,  # valid block ids are [0, num_blocks)
+    max_blocks_per_seq,  # columns of block_tables
     # strides
     stride_out_seq: tl.int64,
     stride_out_head: tl.int64,
@@ -107,6 +125,9 @@ def _paged_decode_attention_kernel(
     q_head = tl.program_id(1)
     kv_head = q_head // num_queries_per_kv
     seq_len = tl.load(seq_lens_ptr + seq * stride_seq_lens_seq)
+    # A seq_len outside [0, capacity] reads nothing and poisons the row (Note [Index checks]).
+    invalid = (seq_len < 0) | (seq_len > max_blocks_per_seq * BLOCK_SIZE)
+    seq_len = tl.where(invalid, 0, seq_len)
 
     # --- load the query row in fp32, pre-multiplied by the softmax scale ------------------------
     dims = tl.arange(0, HEAD_DIM_PAD)
@@ -124,9 +145,15 @@ def _paged_decode_attention_kernel(
     v_base = value_cache_ptr + kv_head * stride_value_cache_head
     table_ptr = block_tables_ptr + seq * stride_block_tables_seq
     for logical in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+        # logical < max_blocks_per_seq here (seq_len was clamped), and a block id outside the
+        # cache masks the whole tile: no load leaves the cache, and the row is poisoned.
         physical = tl.load(table_ptr + logical * stride_block_tables_block).to(tl.int64)
+        block_ok = (physical >= 0) & (physical < num_blocks)
+        invalid = invalid | ~block_ok
         token_mask = logical * BLOCK_SIZE + offsets < seq_len
-        tile_mask = token_mask[:, None] & dim_mask[None, :]
+        # folded into the bound: the interpreter turns a scalar & tile of booleans into ints
+        tile_mask = (logical * BLOCK_SIZE + offsets < tl.where(block_ok, seq_len, 0))[:, None]
+        tile_mask = tile_mask & dim_mask[None, :]
 
         # [BLOCK_SIZE, HEAD_DIM_PAD] key tile -> [BLOCK_SIZE] scores, -inf past seq_len
         k_ptrs = k_base + physical * stride_key_cache_block
@@ -135,10 +162,13 @@ def _paged_decode_attention_kernel(
         scores = tl.sum(k * q[None, :], axis=1)
         scores = tl.where(token_mask, scores, float("-inf"))
 
-        # rescale what was accumulated so far to the new running max
+        # rescale what was accumulated so far to the new running max. While every score so far
+        # is -inf, subtract 0 instead of -inf (-inf - -inf is NaN): p and alpha are then exactly
+        # 0, as softmax gives them. NaN and +inf scores are left to propagate, as in the ref.
         m_new = tl.maximum(m_i, tl.max(scores, axis=0))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(scores - m_new)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp(scores - m_safe)
 
         v_ptrs = v_base + physical * stride_value_cache_block
         v_ptrs += offsets[:, None] * stride_value_cache_offset
@@ -148,8 +178,10 @@ def _paged_decode_attention_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=0)
         m_i = m_new
 
-    # --- normalise (an empty sequence has l == 0: store zeros) and store in out's dtype ---------
-    result = tl.where(l_i > 0.0, acc / tl.maximum(l_i, 1e-30), 0.0)
+    # --- normalise and store in out's dtype: an empty sequence gets zeros, an invalid one NaN.
+    # Decided on seq_len, not on l: l is NaN after a NaN score, and the NaN must reach out. -----
+    result = tl.where(seq_len > 0, acc / tl.where(seq_len > 0, l_i, 1.0), 0.0)
+    result = tl.where(invalid, float("nan"), result)
     o_ptrs = out_ptr + seq * stride_out_seq + q_head * stride_out_head + dims * stride_out_dim
     tl.store(o_ptrs, result.to(out_ptr.dtype.element_ty), mask=dim_mask)
 
@@ -171,8 +203,13 @@ def _check_args(
     value_cache: torch.Tensor,
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
+    *,
+    check_values: bool,
 ) -> None:
-    """Raise ValueError/TypeError naming the offending argument, its shape and dtype."""
+    """The one validation of paged_decode_attention's inputs, run by the launcher, the custom
+    op's reference path and the fake (``check_values=False``: shapes and dtypes only). Raises
+    ValueError/TypeError naming the offending argument, its shape and dtype; with
+    ``check_values``, also the first invalid seq_len or used block id (a device sync on a GPU)."""
     named = {
         "out": out,
         "query": query,
@@ -240,6 +277,36 @@ def _check_args(
             f"{value_cache.dtype} must have the same dtype"
         )
     check_one_device("paged_decode_attention", named)
+    check_no_internal_overlap("paged_decode_attention", {"out": out})
+    if check_values:
+        _check_index_values(key_cache, block_tables, seq_lens)
+
+
+def _check_index_values(
+    key_cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor
+) -> None:
+    """seq_lens within the block table's capacity, then the used block ids within the cache."""
+    num_blocks, block_size = key_cache.shape[0], key_cache.shape[1]
+    capacity = block_tables.shape[1] * block_size
+    check_index_values(
+        "paged_decode_attention",
+        "seq_lens",
+        seq_lens,
+        (seq_lens < 0) | (seq_lens > capacity),
+        f"a seq_len is in [0, max_blocks_per_seq * block_size = {capacity}] for block_tables "
+        f"{tuple(block_tables.shape)} and key_cache {tuple(key_cache.shape)}",
+    )
+    # Block j of sequence s is used iff j * block_size < seq_lens[s]; the rest is never read.
+    used = torch.arange(block_tables.shape[1], device=block_tables.device) * block_size
+    used = used[None, :] < seq_lens[:, None]
+    check_index_values(
+        "paged_decode_attention",
+        "block_tables",
+        block_tables,
+        used & ((block_tables < 0) | (block_tables >= num_blocks)),
+        f"a block id used by its sequence (the first cdiv(seq_len, block_size) of its row) is "
+        f"in [0, num_blocks = {num_blocks}) for key_cache {tuple(key_cache.shape)}",
+    )
 
 
 def paged_decode_attention(
@@ -264,11 +331,21 @@ def paged_decode_attention(
 
     Raises:
         TypeError: non-tensor arguments or wrong dtypes (int32 tables, float activations).
-        ValueError: mismatched shapes (head_dim, GQA ratio, num_seqs), non-power-of-2 block size.
+        ValueError: mismatched shapes (head_dim, GQA ratio, num_seqs), non-power-of-2 block size,
+            an overlapping ``out``, or (when indices are checked, Note [Index checks]) a seq_len
+            or used block id out of range.
         RuntimeError: Triton is not installed.
     """
     require_triton("paged_decode_attention")
-    _check_args(out, query, key_cache, value_cache, block_tables, seq_lens)
+    _check_args(
+        out,
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        check_values=index_checks_enabled(block_tables),
+    )
     num_seqs, num_q_heads, head_dim = query.shape
     _paged_decode_attention_kernel[(num_seqs, num_q_heads)](
         out_ptr=out,
@@ -280,6 +357,8 @@ def paged_decode_attention(
         scale=float(scale),
         head_dim=head_dim,
         num_queries_per_kv=num_q_heads // key_cache.shape[2],
+        num_blocks=key_cache.shape[0],
+        max_blocks_per_seq=block_tables.shape[1],
         stride_out_seq=out.stride(0),
         stride_out_head=out.stride(1),
         stride_out_dim=out.stride(2),
@@ -311,10 +390,14 @@ def paged_decode_attention_op(
     seq_lens: torch.Tensor,
     scale: float,
 ) -> None:
-    """Custom op: the Triton launcher on CUDA when Triton is installed, else the reference."""
+    """Custom op: the Triton launcher on CUDA when Triton is installed, else the reference
+    (after the same validation, index values included)."""
     if use_triton(query):
         paged_decode_attention(out, query, key_cache, value_cache, block_tables, seq_lens, scale)
     else:
+        _check_args(
+            out, query, key_cache, value_cache, block_tables, seq_lens, check_values=True
+        )
         paged_decode_attention_ref(
             out, query, key_cache, value_cache, block_tables, seq_lens, scale
         )
@@ -330,4 +413,4 @@ def _paged_decode_attention_fake(
     seq_lens: torch.Tensor,
     scale: float,
 ) -> None:
-    return None
+    _check_args(out, query, key_cache, value_cache, block_tables, seq_lens, check_values=False)

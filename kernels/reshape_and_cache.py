@@ -10,13 +10,16 @@ Shapes:
 Semantics, as plain Python::
 
     for t, slot in enumerate(slot_mapping):
-        if slot < 0:                      # padding token (e.g. CUDA-graph padding): skipped
+        if slot == -1:                    # padding token (e.g. CUDA-graph padding): skipped
             continue
         key_cache[slot // block_size, slot % block_size] = key[t]
         value_cache[slot // block_size, slot % block_size] = value[t]
 
-Slots must be ``< num_blocks * block_size`` and distinct; the launcher does not check this (it
-would need a device sync). Nothing outside the addressed cache rows is written.
+Contract: a slot is ``-1`` (padding) or ``0 <= slot < num_blocks * block_size``; valid slots
+should be distinct (duplicates race on a GPU). An invalid slot raises ValueError naming its
+position before anything is written, whenever the indices are checked (Note [Index checks] in
+``_checks.py``); unchecked, the kernel skips it. Nothing outside the addressed cache rows is
+ever written, whatever ``slot_mapping`` holds.
 
 Provenance: layout and padding rule follow vLLM ``triton_reshape_and_cache_flash.py`` @
 https://github.com/vllm-project/vllm/blob/3c482f952d9f1484a0ed12ccf772725972ad659d/vllm/attention/ops/triton_reshape_and_cache_flash.py
@@ -25,14 +28,21 @@ Changes:
       not be contiguous and key/value may be views with different strides;
     - a 2-D [heads, head_dim] tile per program instead of a flat tile over num_heads * head_dim;
     - no fp8 path (no k_scale/v_scale, no kv_cache_dtype string);
-    - inputs are validated with ValueError/TypeError instead of ``assert``.
+    - inputs are validated with ValueError/TypeError instead of ``assert``, on every path;
+    - slots past the cache are masked (vLLM trusts them), not only negative ones.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._checks import check_one_device, check_tensors
+from ._checks import (
+    check_index_values,
+    check_no_internal_overlap,
+    check_one_device,
+    check_tensors,
+    index_checks_enabled,
+)
 from ._triton import require_triton, tl, triton, use_triton
 
 __all__ = ["reshape_and_cache", "reshape_and_cache_op", "reshape_and_cache_ref"]
@@ -45,9 +55,10 @@ def reshape_and_cache_ref(
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    """PyTorch reference: writes ``key``/``value`` rows into the caches in place (see module)."""
+    """PyTorch reference: writes ``key``/``value`` rows into the caches in place (see module).
+    Trusts its inputs: the custom op validates them first (:func:`_check_args`)."""
     block_size = key_cache.shape[1]
-    valid = slot_mapping >= 0
+    valid = slot_mapping != -1
     slots = slot_mapping[valid].long()
     blocks, offsets = slots // block_size, slots % block_size
     # Advanced-index assignment is index_put_ on the view: it writes through to the base tensor.
@@ -67,6 +78,7 @@ def _reshape_and_cache_kernel(
     num_heads,
     head_dim,
     block_size,
+    num_slots,  # num_blocks * block_size: valid slots are [0, num_slots)
     # strides
     stride_key_token: tl.int64,
     stride_key_head: tl.int64,
@@ -87,19 +99,21 @@ def _reshape_and_cache_kernel(
     HEAD_BLOCK: tl.constexpr,  # heads per program
     HEAD_DIM_PAD: tl.constexpr,  # next power of 2 >= head_dim
 ):
-    # --- program id -> (token, head group); padding tokens leave the cache alone ---------------
+    # --- program id -> (token, head group) ------------------------------------------------------
     token = tl.program_id(0)
     head_group = tl.program_id(1)
     slot = tl.load(slot_mapping_ptr + token * stride_slot_mapping_token).to(tl.int64)
-    if slot < 0:
-        return
     block = slot // block_size
     offset = slot % block_size
 
-    # --- [HEAD_BLOCK, HEAD_DIM_PAD] tile of (head, dim) indices ---------------------------------
+    # --- [HEAD_BLOCK, HEAD_DIM_PAD] tile of (head, dim) indices. Padding (-1) and any slot
+    # outside the cache copy zero heads: the whole tile is masked, so the cache is never
+    # addressed out of bounds. (The scalar check is folded into the bound, not and-ed with the
+    # tile mask: the interpreter turns a scalar & tile of booleans into integers.) -------------
     heads = head_group * HEAD_BLOCK + tl.arange(0, HEAD_BLOCK)
     dims = tl.arange(0, HEAD_DIM_PAD)
-    mask = (heads[:, None] < num_heads) & (dims[None, :] < head_dim)
+    heads_to_copy = tl.where((slot >= 0) & (slot < num_slots), num_heads, 0)
+    mask = (heads[:, None] < heads_to_copy) & (dims[None, :] < head_dim)
 
     # --- copy key row -> key_cache[block, offset] -----------------------------------------------
     src = key_ptr + token * stride_key_token
@@ -136,8 +150,13 @@ def _check_args(
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    *,
+    check_values: bool,
 ) -> None:
-    """Raise ValueError/TypeError naming the offending argument, its shape, stride and dtype."""
+    """The one validation of reshape_and_cache's inputs, run by the launcher, the custom op's
+    reference path and the fake (``check_values=False``: shapes and dtypes only). Raises
+    ValueError/TypeError naming the offending argument, its shape, stride and dtype; with
+    ``check_values``, also the first invalid slot (a device sync on a GPU)."""
     args = {"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache}
     check_tensors(
         "reshape_and_cache",
@@ -180,6 +199,19 @@ def _check_args(
             f"key_cache={key_cache.dtype} value_cache={value_cache.dtype} must match"
         )
     check_one_device("reshape_and_cache", {**args, "slot_mapping": slot_mapping})
+    check_no_internal_overlap(
+        "reshape_and_cache", {"key_cache": key_cache, "value_cache": value_cache}
+    )
+    if check_values:
+        num_slots = key_cache.shape[0] * key_cache.shape[1]
+        check_index_values(
+            "reshape_and_cache",
+            "slot_mapping",
+            slot_mapping,
+            (slot_mapping != -1) & ((slot_mapping < 0) | (slot_mapping >= num_slots)),
+            f"a slot is -1 (padding) or in [0, num_blocks * block_size = {num_slots}) for "
+            f"key_cache {tuple(key_cache.shape)}",
+        )
 
 
 def reshape_and_cache(
@@ -195,15 +227,23 @@ def reshape_and_cache(
         key, value: ``[num_tokens, num_heads, head_dim]``, any strides.
         key_cache, value_cache: ``[num_blocks, block_size, num_heads, head_dim]``, any strides
             (typically ``kv_cache[layer, 0]`` / ``kv_cache[layer, 1]``).
-        slot_mapping: ``[num_tokens]`` int64; negative slots are padding and skipped.
+        slot_mapping: ``[num_tokens]`` int64; ``-1`` is padding and skipped.
 
     Raises:
         TypeError: a non-tensor argument, non-int64 ``slot_mapping`` or mismatched dtypes.
-        ValueError: mismatched shapes or devices.
+        ValueError: mismatched shapes or devices, an overlapping cache, or (when indices are
+            checked, Note [Index checks]) a slot that is neither -1 nor inside the cache.
         RuntimeError: Triton is not installed.
     """
     require_triton("reshape_and_cache")
-    _check_args(key, value, key_cache, value_cache, slot_mapping)
+    _check_args(
+        key,
+        value,
+        key_cache,
+        value_cache,
+        slot_mapping,
+        check_values=index_checks_enabled(slot_mapping),
+    )
     num_tokens, num_heads, head_dim = key.shape
     config = _launch_config(num_heads, head_dim)
     grid = (num_tokens, triton.cdiv(num_heads, config["HEAD_BLOCK"]))
@@ -216,6 +256,7 @@ def reshape_and_cache(
         num_heads=num_heads,
         head_dim=head_dim,
         block_size=key_cache.shape[1],
+        num_slots=key_cache.shape[0] * key_cache.shape[1],
         stride_key_token=key.stride(0),
         stride_key_head=key.stride(1),
         stride_key_dim=key.stride(2),
@@ -245,10 +286,12 @@ def reshape_and_cache_op(
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    """Custom op: the Triton launcher on CUDA when Triton is installed, else the reference."""
+    """Custom op: the Triton launcher on CUDA when Triton is installed, else the reference
+    (after the same validation, slot values included)."""
     if use_triton(key):
         reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
     else:
+        _check_args(key, value, key_cache, value_cache, slot_mapping, check_values=True)
         reshape_and_cache_ref(key, value, key_cache, value_cache, slot_mapping)
 
 
@@ -260,4 +303,4 @@ def _reshape_and_cache_fake(
     value_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    return None
+    _check_args(key, value, key_cache, value_cache, slot_mapping, check_values=False)

@@ -11,7 +11,10 @@ Semantics, as plain Python (all arithmetic in fp32)::
     x[:] = (r * rsqrt(mean(r * r, dim=-1, keepdim=True) + eps) * weight).to(x.dtype)
 
 ``x`` and ``residual`` must have the same dtype; ``weight`` may have any floating dtype.
-A row is one tile, so ``hidden`` is limited to ``_MAX_HIDDEN`` elements.
+A row is one tile, so ``hidden`` is limited to ``_MAX_HIDDEN`` elements. ``x`` and ``residual``
+are written, so neither may have internal overlap (an ``expand``-ed tensor would get several
+rows written into one), as for PyTorch's in-place ops. No index arguments: every address is a
+row and column inside the given shapes. NaN/inf propagate as in the reference.
 
 Provenance: semantics follow vLLM's ``fused_add_rms_norm`` CUDA kernel
 (csrc/layernorm_kernels.cu); the one-row-per-program structure follows the Triton tutorial
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_one_device, check_tensors
+from ._checks import check_no_internal_overlap, check_one_device, check_tensors
 from ._triton import require_triton, tl, triton, use_triton
 
 __all__ = ["fused_add_rms_norm", "fused_add_rms_norm_op", "fused_add_rms_norm_ref"]
@@ -35,7 +38,8 @@ def fused_add_rms_norm_ref(
     weight: torch.Tensor,
     eps: float,
 ) -> None:
-    """PyTorch reference: updates ``residual`` and ``x`` in place (see module)."""
+    """PyTorch reference: updates ``residual`` and ``x`` in place (see module).
+    Trusts its inputs: the custom op validates them first (:func:`_check_args`)."""
     residual.copy_(x.float() + residual.float())
     r = residual.float()
     inv_rms = torch.rsqrt(r.pow(2).mean(dim=-1, keepdim=True) + eps)
@@ -92,7 +96,9 @@ def _launch_config(hidden: int) -> dict[str, int]:
 
 
 def _check_args(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> None:
-    """Raise ValueError/TypeError naming the offending argument, its shape and dtype."""
+    """The one validation of fused_add_rms_norm's inputs, run by the launcher, the custom op's
+    reference path and the fake. Raises ValueError/TypeError naming the offending argument, its
+    shape and dtype."""
     named = {"x": x, "residual": residual, "weight": weight}
     ndims = {"x": 2, "residual": 2, "weight": 1}
     check_tensors("fused_add_rms_norm", {n: (t, ndims[n]) for n, t in named.items()})
@@ -114,6 +120,7 @@ def _check_args(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -
             f"dtype"
         )
     check_one_device("fused_add_rms_norm", named)
+    check_no_internal_overlap("fused_add_rms_norm", {"x": x, "residual": residual})
 
 
 def fused_add_rms_norm(
@@ -132,7 +139,8 @@ def fused_add_rms_norm(
 
     Raises:
         TypeError: non-tensor or non-float arguments, or ``x``/``residual`` dtypes differ.
-        ValueError: mismatched shapes or devices, or ``hidden`` above ``_MAX_HIDDEN``.
+        ValueError: mismatched shapes or devices, ``hidden`` above ``_MAX_HIDDEN``, or ``x``
+            or ``residual`` with internal overlap.
         RuntimeError: Triton is not installed.
     """
     require_triton("fused_add_rms_norm")
@@ -160,10 +168,12 @@ def fused_add_rms_norm_op(
     weight: torch.Tensor,
     eps: float,
 ) -> None:
-    """Custom op: the Triton launcher on CUDA when Triton is installed, else the reference."""
+    """Custom op: the Triton launcher on CUDA when Triton is installed, else the reference
+    (after the same validation)."""
     if use_triton(x):
         fused_add_rms_norm(x, residual, weight, eps)
     else:
+        _check_args(x, residual, weight)
         fused_add_rms_norm_ref(x, residual, weight, eps)
 
 
@@ -174,4 +184,4 @@ def _fused_add_rms_norm_fake(
     weight: torch.Tensor,
     eps: float,
 ) -> None:
-    return None
+    _check_args(x, residual, weight)

@@ -19,19 +19,31 @@ Semantics for one head ``x`` of one token at position ``p``, with ``half = head_
 
 NeoX style rotates the two halves of the head against each other; GPT-J style
 (``is_neox=False``) rotates interleaved pairs. The whole head is rotated (rot_dim == head_dim).
-Positions must be ``< max_position`` (not checked: it would need a device sync).
+
+Contract: ``0 <= positions[t] < max_position`` (there is no padding value: a padding token takes
+any valid position, e.g. 0). An invalid position raises ValueError naming its index before
+anything is written, whenever the indices are checked (Note [Index checks] in ``_checks.py``);
+unchecked, the kernel reads nothing outside ``cos_sin_cache`` and writes NaN to that token's
+query and key rows. NaN/inf in the inputs propagate as in the reference.
 
 Provenance: semantics and cache layout follow vLLM's ``rotary_embedding`` CUDA kernel
 (csrc/pos_encoding_kernels.cu); the Triton kernel is written from scratch.
 Changes: no partial rotary (rot_dim < head_dim) and no 3-D ``[tokens, heads, head_dim]`` inputs;
-every stride is a kernel argument; invalid inputs raise ValueError/TypeError.
+every stride is a kernel argument; invalid inputs raise ValueError/TypeError; positions are
+range-masked.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._checks import check_one_device, check_tensors
+from ._checks import (
+    check_index_values,
+    check_no_internal_overlap,
+    check_one_device,
+    check_tensors,
+    index_checks_enabled,
+)
 from ._triton import require_triton, tl, triton, use_triton
 
 __all__ = ["rotary_embedding", "rotary_embedding_op", "rotary_embedding_ref"]
@@ -45,7 +57,8 @@ def rotary_embedding_ref(
     head_dim: int,
     is_neox: bool,
 ) -> None:
-    """PyTorch reference: rotates ``query`` and ``key`` in place (see module)."""
+    """PyTorch reference: rotates ``query`` and ``key`` in place (see module).
+    Trusts its inputs: the custom op validates them first (:func:`_check_args`)."""
     cos, sin = cos_sin_cache[positions.long()].float().chunk(2, dim=-1)  # [num_tokens, half]
     cos, sin = cos[:, None, :], sin[:, None, :]
     for x in (query, key):
@@ -103,6 +116,7 @@ def _rotary_embedding_kernel(
     # sizes
     num_q_heads,
     num_kv_heads,
+    max_position,  # rows of cos_sin_cache: valid positions are [0, max_position)
     # strides
     stride_positions_token: tl.int64,
     stride_query_token: tl.int64,
@@ -118,15 +132,20 @@ def _rotary_embedding_kernel(
     HALF_PAD: tl.constexpr,  # next power of 2 >= HEAD_DIM // 2
     IS_NEOX: tl.constexpr,
 ):
-    # --- program id -> token; its position's cos/sin row, shared by every head ------------------
+    # --- program id -> token; its position's cos/sin row, shared by every head. A position
+    # outside the table loads nothing: cos = sin = NaN poisons the token's rows instead ---------
     token = tl.program_id(0)
     pos = tl.load(positions_ptr + token * stride_positions_token).to(tl.int64)
     pairs = tl.arange(0, HALF_PAD)[None, :]
     pair_mask = pairs < HEAD_DIM // 2
+    # folded into the bound: the interpreter turns a scalar & tile of booleans into integers
+    cs_mask = pairs < tl.where((pos >= 0) & (pos < max_position), HEAD_DIM // 2, 0)
     cs_ptrs = cos_sin_cache_ptr + pos * stride_cos_sin_cache_pos
-    cos = tl.load(cs_ptrs + pairs * stride_cos_sin_cache_dim, mask=pair_mask, other=0.0)
+    cos = tl.load(cs_ptrs + pairs * stride_cos_sin_cache_dim, mask=cs_mask, other=float("nan"))
     sin = tl.load(
-        cs_ptrs + (pairs + HEAD_DIM // 2) * stride_cos_sin_cache_dim, mask=pair_mask, other=0.0
+        cs_ptrs + (pairs + HEAD_DIM // 2) * stride_cos_sin_cache_dim,
+        mask=cs_mask,
+        other=float("nan"),
     )
     cos = cos.to(tl.float32)
     sin = sin.to(tl.float32)
@@ -178,8 +197,14 @@ def _check_args(
     key: torch.Tensor,
     cos_sin_cache: torch.Tensor,
     head_dim: int,
+    *,
+    check_values: bool,
 ) -> None:
-    """Raise ValueError/TypeError naming the offending argument, its shape and dtype."""
+    """The one validation of rotary_embedding's inputs, run by the launcher, the custom op's
+    reference path and the fake (``check_values=False``: shapes and dtypes only). Raises
+    ValueError/TypeError naming the offending argument, its shape and dtype; with
+    ``check_values``, also the first position outside ``cos_sin_cache`` (a device sync on a
+    GPU)."""
     named = {"positions": positions, "query": query, "key": key, "cos_sin_cache": cos_sin_cache}
     ndims = {"positions": 1, "query": 2, "key": 2, "cos_sin_cache": 2}
     check_tensors("rotary_embedding", {n: (t, ndims[n]) for n, t in named.items()})
@@ -212,6 +237,17 @@ def _check_args(
                 f"rotary_embedding: {name} must be floating point, got {named[name].dtype}"
             )
     check_one_device("rotary_embedding", named)
+    check_no_internal_overlap("rotary_embedding", {"query": query, "key": key})
+    if check_values:
+        max_position = cos_sin_cache.shape[0]
+        check_index_values(
+            "rotary_embedding",
+            "positions",
+            positions,
+            (positions < 0) | (positions >= max_position),
+            f"a position is in [0, max_position = {max_position}) for cos_sin_cache "
+            f"{tuple(cos_sin_cache.shape)}",
+        )
 
 
 def rotary_embedding(
@@ -234,11 +270,19 @@ def rotary_embedding(
 
     Raises:
         TypeError: non-tensor arguments or wrong dtypes.
-        ValueError: mismatched shapes or an odd ``head_dim``.
+        ValueError: mismatched shapes, an odd ``head_dim``, an overlapping ``query``/``key``, or
+            (when indices are checked, Note [Index checks]) a position outside the table.
         RuntimeError: Triton is not installed.
     """
     require_triton("rotary_embedding")
-    _check_args(positions, query, key, cos_sin_cache, head_dim)
+    _check_args(
+        positions,
+        query,
+        key,
+        cos_sin_cache,
+        head_dim,
+        check_values=index_checks_enabled(positions),
+    )
     num_q_heads, num_kv_heads = query.shape[1] // head_dim, key.shape[1] // head_dim
     _rotary_embedding_kernel[(positions.shape[0],)](
         positions_ptr=positions,
@@ -247,6 +291,7 @@ def rotary_embedding(
         cos_sin_cache_ptr=cos_sin_cache,
         num_q_heads=num_q_heads,
         num_kv_heads=num_kv_heads,
+        max_position=cos_sin_cache.shape[0],
         stride_positions_token=positions.stride(0),
         stride_query_token=query.stride(0),
         stride_query_dim=query.stride(1),
@@ -269,10 +314,12 @@ def rotary_embedding_op(
     head_dim: int,
     is_neox: bool,
 ) -> None:
-    """Custom op: the Triton launcher on CUDA when Triton is installed, else the reference."""
+    """Custom op: the Triton launcher on CUDA when Triton is installed, else the reference
+    (after the same validation, positions included)."""
     if use_triton(query):
         rotary_embedding(positions, query, key, cos_sin_cache, head_dim, is_neox)
     else:
+        _check_args(positions, query, key, cos_sin_cache, head_dim, check_values=True)
         rotary_embedding_ref(positions, query, key, cos_sin_cache, head_dim, is_neox)
 
 
@@ -285,4 +332,4 @@ def _rotary_embedding_fake(
     head_dim: int,
     is_neox: bool,
 ) -> None:
-    return None
+    _check_args(positions, query, key, cos_sin_cache, head_dim, check_values=False)

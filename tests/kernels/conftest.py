@@ -50,3 +50,50 @@ def assert_close():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# A value no kernel writes: the guard regions around a tensor under test are filled with it.
+SENTINEL = -1234.0
+GUARD = 64  # elements of guard on each side
+
+
+class Guarded:
+    """A tensor of ``shape`` (filled with ``randn``) in the middle of a bigger 1-D buffer whose
+    ``GUARD`` elements on either side hold ``SENTINEL``: a kernel given ``.tensor`` that writes
+    outside it changes a guard."""
+
+    def __init__(self, shape, dtype=torch.float32):
+        numel = torch.Size(shape).numel()
+        self.buffer = torch.full((GUARD + numel + GUARD,), SENTINEL, dtype=dtype)
+        self.tensor = self.buffer[GUARD : GUARD + numel].view(shape)
+        self.tensor.copy_(torch.randn(shape))
+
+    def guards_intact(self) -> bool:
+        guards = torch.cat([self.buffer[:GUARD], self.buffer[-GUARD:]])
+        return bool((guards == SENTINEL).all())
+
+
+@pytest.fixture
+def guarded():
+    """``guarded(shape, dtype)``: a :class:`Guarded` tensor."""
+    return Guarded
+
+
+@pytest.fixture
+def unchecked(monkeypatch):
+    """Launchers skip the host-side index checks (AUTOFUNC_KERNEL_CHECKS=0), so a test reaches
+    the kernels' own masks with invalid indices, as on a GPU in the default mode."""
+    monkeypatch.setenv("AUTOFUNC_KERNEL_CHECKS", "0")
+
+
+@pytest.fixture
+def call_fake():
+    """``call_fake(op, *args)``: run ``op``'s fake implementation on fake copies of ``args``."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def call(op, *args):
+        with FakeTensorMode() as mode:
+            fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+            return op(*fake)
+
+    return call

@@ -112,8 +112,10 @@ def test_paged_decode_attention_ref_matches_sdpa(heads):
         torch.testing.assert_close(out[seq], expected[:, 0], atol=1e-5, rtol=1e-5)
 
 
-def test_paged_decode_attention_op_cpu():
-    query, kv_cache, block_tables, seq_lens = _make_case(3, 8, 2, 32, 8, torch.float32)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda value: str(value).removeprefix("torch."))
+def test_paged_decode_attention_op_cpu(dtype):
+    query, kv_cache, block_tables, seq_lens = _make_case(3, 8, 2, 40, 8, dtype)
+    block_tables[1, 1:] = -1  # seq 1 has one token: the unused tail of its row is padding
     args = (query, kv_cache[LAYER, 0], kv_cache[LAYER, 1], block_tables, seq_lens, 0.2)
     out, expected = torch.empty_like(query), torch.empty_like(query)
     paged_decode_attention_ref(expected, *args)
@@ -129,17 +131,135 @@ def _bad_inputs():
     out = torch.empty_like(query)
     good = (out, query, kv_cache[LAYER, 0], kv_cache[LAYER, 1], block_tables, seq_lens, 0.2)
     yield "block_tables int64", (*good[:4], block_tables.long(), *good[5:]), TypeError, "int32"
+    yield "block_tables float", (*good[:4], block_tables + 0.5, *good[5:]), TypeError, "int32"
     yield "seq_lens int64", (*good[:5], seq_lens.long(), 0.2), TypeError, "int32"
     q_bad = query[..., :16]
     yield "head_dim mismatch", (out[..., :16], q_bad, *good[2:]), ValueError, "head_dim"
     q_3 = torch.empty(2, 3, 32)
     yield "gqa ratio", (torch.empty_like(q_3), q_3, *good[2:]), ValueError, "multiple of"
+    q_1 = torch.empty(2, 1, 32)  # fewer query heads than kv heads
+    yield "fewer q heads", (torch.empty_like(q_1), q_1, *good[2:]), ValueError, "multiple of"
     yield "out shape", (out[:1], *good[1:]), ValueError, "out"
     yield "num_seqs", (*good[:4], block_tables[:1], *good[5:]), ValueError, "num_seqs"
+    expanded = out[:, :1].expand_as(out)
+    yield "overlapping out", (expanded, *good[1:]), ValueError, "internal overlap"
 
 
-@pytest.mark.parametrize("case", list(_bad_inputs()), ids=lambda case: case[0])
-def test_paged_decode_attention_rejects_bad_inputs(case):
+BAD_INPUTS = list(_bad_inputs())
+
+
+# Every path runs the same validation: the launcher, the custom op (its CPU reference path) and
+# the op's fake implementation (what torch.compile traces with).
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=lambda case: case[0])
+@pytest.mark.parametrize("path", ["launcher", "op", "fake"])
+def test_paged_decode_attention_rejects_bad_inputs(case, path, call_fake):
     _, args, error, message = case
+    before = args[0].clone()
     with pytest.raises(error, match=message):
-        paged_decode_attention(*args)
+        if path == "launcher":
+            paged_decode_attention(*args)
+        elif path == "op":
+            paged_decode_attention_op(*args)
+        else:
+            call_fake(paged_decode_attention_op, *args)
+    torch.testing.assert_close(args[0], before, equal_nan=True, rtol=0, atol=0)
+
+
+# --- NaN and inf propagate exactly as in the reference -----------------------------------------
+def test_paged_decode_attention_propagates_nan_and_inf():
+    # One kv head, so each sequence tests one thing. Seq 0: a NaN query element. Seq 1: NaN in a
+    # key of a valid token. Seq 2: inf in a value of a valid token. Seq 3: the whole first cache
+    # block scores -inf and later blocks are finite: the running max starts at -inf, and the
+    # result is finite (the -inf tokens get weight 0), not NaN. Seq 4: every score -inf: NaN
+    # (softmax of all -inf). Seq 5: empty: zeros. The cache beyond seq_len holds NaN throughout.
+    block_size, head_size = 8, 16
+    query, kv_cache, block_tables, _ = _make_case(6, 1, 1, head_size, block_size, torch.float32)
+    seq_lens = torch.tensor([20, 20, 20, 20, 12, 0], dtype=torch.int32)
+    key_cache, value_cache = kv_cache[LAYER, 0], kv_cache[LAYER, 1]
+    for seq in range(5):
+        for pos in range(int(seq_lens[seq])):
+            block, offset = int(block_tables[seq, pos // block_size]), pos % block_size
+            key_cache[block, offset] = torch.randn(1, head_size)
+            value_cache[block, offset] = torch.randn(1, head_size)
+    query[0, 0, 3] = float("nan")
+    key_cache[block_tables[1, 1], 2, 0, 5] = float("nan")
+    value_cache[block_tables[2, 0], 4, 0, 1] = float("inf")
+    # score = -inf: put -inf * sign(q) in dim 0 of the key, keep q[dim 0] away from 0.
+    for seq, tokens in ((3, range(block_size)), (4, range(12))):
+        query[seq, 0, 0] = 1.0
+        for pos in tokens:
+            key_cache[block_tables[seq, pos // block_size], pos % block_size, 0, 0] = -float("inf")
+    args = (query, key_cache, value_cache, block_tables, seq_lens, head_size**-0.5)
+    out, expected = torch.full_like(query, 7.0), torch.full_like(query, 7.0)
+
+    paged_decode_attention(out, *args)
+    paged_decode_attention_ref(expected, *args)
+
+    assert expected[:2].isnan().all() and expected[2].isinf().any()
+    assert expected[3].isfinite().all() and expected[4].isnan().all() and (expected[5] == 0).all()
+    torch.testing.assert_close(out, expected, equal_nan=True)
+
+
+# --- out-of-range block ids and seq_lens (Note [Index checks] in kernels/_checks.py) -----------
+# (row, column or None, value): block_tables[row, column] = value, or seq_lens[row] = value.
+BAD_INDICES = {
+    "block id == num_blocks": ("block_tables", 1, 1, NUM_BLOCKS),
+    "block id -1 in use": ("block_tables", 1, 0, -1),
+    "block id 2**31 - 1": ("block_tables", 1, 2, 2**31 - 1),
+    "seq_len past table": ("seq_lens", 1, None, MAX_BLOCKS_PER_SEQ * 8 + 1),
+    "seq_len -1": ("seq_lens", 1, None, -1),
+    "seq_len 2**31 - 1": ("seq_lens", 1, None, 2**31 - 1),
+}
+
+
+def _guarded_case(guarded, bad):
+    """3 sequences on a guarded [2, blocks, 8, 2, 32] cache, whose sequence 1 gets index ``bad``
+    (the rest of row 1 is padding -1); out is guarded too."""
+    query, _, block_tables, seq_lens = _make_case(3, 4, 2, 32, 8, torch.float32)
+    kv = guarded((2, NUM_BLOCKS, 8, 2, 32))
+    out = guarded(tuple(query.shape))
+    seq_lens[1] = 20  # blocks 0..2 of row 1 are in use
+    block_tables[1, 3] = -1
+    name, row, column, value = bad
+    if name == "block_tables":
+        block_tables[row, column] = value
+    else:
+        seq_lens[row] = value
+    args = (query, kv.tensor[0], kv.tensor[1], block_tables, seq_lens, 0.2)
+    return kv, out, args
+
+
+@pytest.mark.parametrize("bad", BAD_INDICES.values(), ids=BAD_INDICES)
+def test_paged_decode_attention_kernel_masks_bad_indices(bad, guarded, unchecked):
+    # Unchecked (the GPU default): no read leaves the cache, the bad sequence's output is NaN
+    # (not a silently wrong number), the other sequences are exact, nothing else is written.
+    kv, out, args = _guarded_case(guarded, bad)
+    cache_before = kv.buffer.clone()
+    expected = torch.empty_like(out.tensor)
+    good_lens = args[4].clone()
+    good_lens[1] = 0
+    paged_decode_attention_ref(expected, *args[:4], good_lens, args[5])
+
+    paged_decode_attention(out.tensor, *args)
+
+    assert out.guards_intact() and torch.equal(kv.buffer, cache_before)
+    assert out.tensor[1].isnan().all()
+    torch.testing.assert_close(out.tensor[[0, 2]], expected[[0, 2]])
+
+
+@pytest.mark.parametrize("bad", BAD_INDICES.values(), ids=BAD_INDICES)
+@pytest.mark.parametrize(
+    "fn", [paged_decode_attention, paged_decode_attention_op], ids=["launcher", "op"]
+)
+def test_paged_decode_attention_reports_first_bad_index(fn, bad, guarded):
+    # Checked (CPU tensors, or AUTOFUNC_KERNEL_CHECKS=1 on a GPU): a ValueError naming the
+    # argument and the first bad position, raised before out is written.
+    kv, out, args = _guarded_case(guarded, bad)
+    name, row, column, value = bad
+    position = f"{row}, {column}" if column is not None else f"{row}"
+    before = out.buffer.clone()
+
+    with pytest.raises(ValueError, match=rf"{name}\[{position}\] = {value} is invalid"):
+        fn(out.tensor, *args)
+
+    assert torch.equal(out.buffer, before)

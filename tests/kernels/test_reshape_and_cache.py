@@ -107,8 +107,11 @@ def test_reshape_and_cache_ref_matches_loop():
     assert torch.equal(kv_cache, expected)
 
 
-def test_reshape_and_cache_op_cpu():
-    kv_cache, key, value, slot_mapping = _make_case(7, 3, 16, 4, torch.float32)
+@pytest.mark.parametrize("dtype", DTYPES, ids=_param_id)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_reshape_and_cache_op_cpu(dtype, layout):
+    kv_cache, key, value, slot_mapping = _make_case(7, 3, 24, 4, dtype)
+    kv_cache = _relayout(kv_cache, layout)
     expected = kv_cache.clone()
     reshape_and_cache_ref(key, value, expected[LAYER, 0], expected[LAYER, 1], slot_mapping)
 
@@ -125,14 +128,91 @@ def _bad_inputs():
     kv_cache, key, value, slot_mapping = _make_case(4, 2, 16, 4, torch.float32)
     good = (key, value, kv_cache[0, 0], kv_cache[0, 1], slot_mapping)
     yield "slot_mapping int32", (*good[:4], slot_mapping.int()), TypeError, "must be int64"
+    yield "slot_mapping float", (*good[:4], slot_mapping + 0.5), TypeError, "must be int64"
     yield "head_dim mismatch", (key[..., :8], value[..., :8], *good[2:]), ValueError, "head_dim"
+    yield "num_heads mismatch", (key[:, :1], value[:, :1], *good[2:]), ValueError, "num_heads"
     yield "key vs value", (key, value[:, :1], *good[2:]), ValueError, "same shape"
     yield "dtype", (key.half(), value, *good[2:]), TypeError, "dtypes"
     yield "slot count", (*good[:4], slot_mapping[:2]), ValueError, "one slot per token"
+    expanded = kv_cache[0, 0, :1].expand_as(kv_cache[0, 0])
+    yield "overlapping cache", (*good[:2], expanded, *good[3:]), ValueError, "internal overlap"
 
 
-@pytest.mark.parametrize("case", list(_bad_inputs()), ids=lambda case: case[0])
-def test_reshape_and_cache_rejects_bad_inputs(case):
+BAD_INPUTS = list(_bad_inputs())
+
+
+# Every path runs the same validation: the launcher, the custom op (its CPU reference path) and
+# the op's fake implementation (what torch.compile traces with).
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=lambda case: case[0])
+@pytest.mark.parametrize("path", ["launcher", "op", "fake"])
+def test_reshape_and_cache_rejects_bad_inputs(case, path, call_fake):
     _, args, error, message = case
+    before = [a.clone() for a in args]
     with pytest.raises(error, match=message):
-        reshape_and_cache(*args)
+        if path == "launcher":
+            reshape_and_cache(*args)
+        elif path == "op":
+            reshape_and_cache_op(*args)
+        else:
+            call_fake(reshape_and_cache_op, *args)
+    assert all(torch.equal(a, b) for a, b in zip(args, before))  # nothing written
+
+
+# --- out-of-range slots (Note [Index checks] in kernels/_checks.py) ----------------------------
+SMALL = {"num_heads": 2, "head_size": 8, "block_size": 4}  # NUM_BLOCKS * 4 = 20 slots
+NUM_SLOTS = NUM_BLOCKS * SMALL["block_size"]
+# num_slots is the first slot past key_cache: in the vLLM layout it is value_cache[0, 0].
+BAD_SLOTS = [NUM_SLOTS, NUM_SLOTS + 3, 2**40, -2, -(2**40)]
+
+
+def _guarded_case(guarded, bad_slot):
+    """Key and value caches as kv[0] and kv[1] of one guarded [2, blocks, ...] buffer (vLLM
+    layout: value_cache starts where key_cache ends), 4 tokens with slot mapping
+    [3, bad_slot, -1, 17]."""
+    heads, head_size, block_size = SMALL["num_heads"], SMALL["head_size"], SMALL["block_size"]
+    kv = guarded((2, NUM_BLOCKS, block_size, heads, head_size))
+    key, value = torch.randn(2, 4, heads, head_size)
+    slot_mapping = torch.tensor([3, bad_slot, -1, 17])
+    return kv, (key, value, kv.tensor[0], kv.tensor[1], slot_mapping)
+
+
+@pytest.mark.parametrize("bad_slot", BAD_SLOTS)
+def test_reshape_and_cache_kernel_masks_out_of_range_slots(bad_slot, guarded, unchecked):
+    # Unchecked (the GPU default): the bad token is skipped, the valid ones are written, and
+    # nothing outside the two caches changes, not even the value cache behind slot num_slots.
+    kv, args = _guarded_case(guarded, bad_slot)
+    expected = kv.tensor.clone()
+    valid_slots = args[4].masked_fill(args[4] == bad_slot, -1)
+    reshape_and_cache_ref(*args[:2], expected[0], expected[1], valid_slots)
+
+    reshape_and_cache(*args)
+
+    assert kv.guards_intact()
+    assert torch.equal(kv.tensor, expected)
+
+
+@pytest.mark.parametrize("bad_slot", BAD_SLOTS)
+@pytest.mark.parametrize("fn", [reshape_and_cache, reshape_and_cache_op], ids=["launcher", "op"])
+def test_reshape_and_cache_reports_first_bad_slot(fn, bad_slot, guarded):
+    # Checked (CPU tensors, or AUTOFUNC_KERNEL_CHECKS=1 on a GPU): a ValueError naming the first
+    # bad position, raised before anything is written.
+    kv, args = _guarded_case(guarded, bad_slot)
+    before = kv.buffer.clone()
+
+    with pytest.raises(ValueError, match=rf"slot_mapping\[1\] = {bad_slot} is invalid"):
+        fn(*args)
+
+    assert torch.equal(kv.buffer, before)
+
+
+def test_reshape_and_cache_op_validates_before_first_write():
+    # value_cache has fewer blocks than key_cache: slot 17 exists only in key_cache. The call must
+    # fail before writing key_cache, not after (a half-written cache).
+    kv_cache, key, value, _ = _make_case(2, 2, 16, 4, torch.float32)
+    before = kv_cache.clone()
+    args = (key, value, kv_cache[0, 0], kv_cache[0, 1, :2], torch.tensor([17, 1]))
+
+    with pytest.raises(ValueError, match="same shape"):
+        reshape_and_cache_op(*args)
+
+    assert torch.equal(kv_cache, before)

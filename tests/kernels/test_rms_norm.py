@@ -65,8 +65,10 @@ def test_fused_add_rms_norm_ref_matches_formula(assert_close):
     assert_close(x, expected_x.float())
 
 
-def test_fused_add_rms_norm_op_cpu():
-    _, _, x, residual, weight = _make_case(4, 64, True, torch.float32)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda value: str(value).removeprefix("torch."))
+@pytest.mark.parametrize("strided", STRIDED)
+def test_fused_add_rms_norm_op_cpu(dtype, strided):
+    _, _, x, residual, weight = _make_case(4, 200, strided, dtype)
     expected_x, expected_residual = x.clone(), residual.clone()
     fused_add_rms_norm_ref(expected_x, expected_residual, weight, EPS)
 
@@ -81,13 +83,46 @@ def _bad_inputs():
     _, _, x, residual, weight = _make_case(3, 64, False, torch.float32)
     yield "residual dtype", (x, residual.half(), weight, EPS), TypeError, "same dtype"
     yield "weight shape", (x, residual, weight[:32], EPS), ValueError, r"\[hidden\]"
+    yield "[1] weight", (x, residual, weight[:1], EPS), ValueError, r"\[hidden\]"
     shape_message = r"\[num_tokens, hidden\]"
     yield "residual shape", (x, residual[:, :32], weight, EPS), ValueError, shape_message
     yield "integer x", (x.int(), residual.int(), weight, EPS), TypeError, "floating point"
+    # An expanded tensor written in place: every row would land on the same memory.
+    overlap = "internal overlap"
+    yield "expanded x", (x[:1].expand_as(x), residual, weight, EPS), ValueError, overlap
+    yield "expanded residual", (x, residual[:1].expand_as(x), weight, EPS), ValueError, overlap
 
 
-@pytest.mark.parametrize("case", list(_bad_inputs()), ids=lambda case: case[0])
-def test_fused_add_rms_norm_rejects_bad_inputs(case):
+BAD_INPUTS = list(_bad_inputs())
+
+
+# Every path runs the same validation: the launcher, the custom op (its CPU reference path) and
+# the op's fake implementation (what torch.compile traces with). A failed call writes nothing:
+# with "weight shape", the reference used to update residual before failing on weight.
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=lambda case: case[0])
+@pytest.mark.parametrize("path", ["launcher", "op", "fake"])
+def test_fused_add_rms_norm_rejects_bad_inputs(case, path, call_fake):
     _, args, error, message = case
+    before = [a.clone() for a in args[:2]]
     with pytest.raises(error, match=message):
-        fused_add_rms_norm(*args)
+        if path == "launcher":
+            fused_add_rms_norm(*args)
+        elif path == "op":
+            fused_add_rms_norm_op(*args)
+        else:
+            call_fake(fused_add_rms_norm_op, *args)
+    assert torch.equal(args[0], before[0]) and torch.equal(args[1], before[1])
+
+
+def test_fused_add_rms_norm_propagates_nan(assert_close):
+    # A NaN in a row poisons that row (its sum of squares), not the others, as in the reference.
+    _, _, x, residual, weight = _make_case(3, 64, False, torch.float32)
+    x[1, 5] = float("nan")
+    expected_x, expected_residual = x.clone(), residual.clone()
+    fused_add_rms_norm_ref(expected_x, expected_residual, weight, EPS)
+
+    fused_add_rms_norm(x, residual, weight, EPS)
+
+    assert x[1].isnan().all() and not x[[0, 2]].isnan().any()
+    torch.testing.assert_close(x, expected_x, equal_nan=True)
+    torch.testing.assert_close(residual, expected_residual, equal_nan=True)

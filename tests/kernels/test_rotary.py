@@ -102,32 +102,100 @@ def test_rotary_embedding_ref_matches_complex_rotation(is_neox):
     torch.testing.assert_close(key, expected[1])
 
 
-def test_rotary_embedding_op_cpu():
-    positions, qkv, cos_sin_cache = _make_case(5, 4, 2, 16, torch.float32)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda value: str(value).removeprefix("torch."))
+@pytest.mark.parametrize("is_neox", IS_NEOX)
+def test_rotary_embedding_op_cpu(dtype, is_neox):
+    positions, qkv, cos_sin_cache = _make_case(5, 4, 2, 24, dtype)
     expected = qkv.clone()
-    ref_query, ref_key, _ = _split(expected, 4, 2, 16)
-    rotary_embedding_ref(positions, ref_query, ref_key, cos_sin_cache, 16, True)
-    query, key, _ = _split(qkv, 4, 2, 16)
+    ref_query, ref_key, _ = _split(expected, 4, 2, 24)
+    rotary_embedding_ref(positions, ref_query, ref_key, cos_sin_cache, 24, is_neox)
+    query, key, _ = _split(qkv, 4, 2, 24)
 
-    rotary_embedding_op(positions, query, key, cos_sin_cache, 16, True)  # CPU: the reference
+    rotary_embedding_op(positions, query, key, cos_sin_cache, 24, is_neox)  # CPU: the reference
 
     torch.testing.assert_close(qkv, expected, rtol=0, atol=0)
-    torch.library.opcheck(rotary_embedding_op, (positions, query, key, cos_sin_cache, 16, True))
+    torch.library.opcheck(rotary_embedding_op, (positions, query, key, cos_sin_cache, 24, is_neox))
 
 
 def _bad_inputs():
     positions, qkv, cos_sin_cache = _make_case(3, 4, 2, 16, torch.float32)
     query, key, _ = _split(qkv, 4, 2, 16)
     good = (positions, query, key, cos_sin_cache, 16, True)
-    yield "positions float", (positions.float(), *good[1:]), TypeError, "positions"
+    yield "positions float", (positions + 0.5, *good[1:]), TypeError, "positions"
+    yield "positions int16", (positions.short(), *good[1:]), TypeError, "positions"
     yield "rot_dim != head_dim", (*good[:3], cos_sin_cache[:, :8], 16, True), ValueError, "rot_dim"
     yield "head_dim mismatch", (*good[:4], 24, True), ValueError, "multiple of"
+    yield "key heads", (*good[:2], qkv[:, 64:88], *good[3:]), ValueError, "key .* multiple of"
     yield "odd head_dim", (*good[:4], 15, True), ValueError, "even"
     yield "token count", (positions[:2], *good[1:]), ValueError, "one row per position"
+    expanded = query[:1].expand_as(query)
+    yield "overlapping query", (positions, expanded, *good[2:]), ValueError, "internal overlap"
 
 
-@pytest.mark.parametrize("case", list(_bad_inputs()), ids=lambda case: case[0])
-def test_rotary_embedding_rejects_bad_inputs(case):
+BAD_INPUTS = list(_bad_inputs())
+
+
+# Every path runs the same validation: the launcher, the custom op (its CPU reference path) and
+# the op's fake implementation (what torch.compile traces with). A failed call writes nothing:
+# with "key heads", the reference used to rotate query before failing on key.
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=lambda case: case[0])
+@pytest.mark.parametrize("path", ["launcher", "op", "fake"])
+def test_rotary_embedding_rejects_bad_inputs(case, path, call_fake):
     _, args, error, message = case
+    before = [a.clone() for a in args[1:3]]
     with pytest.raises(error, match=message):
-        rotary_embedding(*args)
+        if path == "launcher":
+            rotary_embedding(*args)
+        elif path == "op":
+            rotary_embedding_op(*args)
+        else:
+            call_fake(rotary_embedding_op, *args)
+    assert torch.equal(args[1], before[0]) and torch.equal(args[2], before[1])
+
+
+# --- out-of-range positions (Note [Index checks] in kernels/_checks.py) ------------------------
+BAD_POSITIONS = [MAX_POSITION, 10**6, -1, -(2**40)]
+
+
+def _guarded_case(guarded, bad_position):
+    """5 tokens whose token 2 has ``bad_position``; qkv and cos_sin_cache are guarded."""
+    positions, qkv, cos_sin_cache = _make_case(5, 4, 2, 16, torch.float32)
+    positions[2] = bad_position
+    qkv_g, cache_g = guarded(tuple(qkv.shape)), guarded(tuple(cos_sin_cache.shape))
+    qkv_g.tensor.copy_(qkv)
+    cache_g.tensor.copy_(cos_sin_cache)
+    return qkv_g, cache_g, positions
+
+
+@pytest.mark.parametrize("bad_position", BAD_POSITIONS)
+def test_rotary_embedding_kernel_masks_bad_positions(bad_position, guarded, unchecked):
+    # Unchecked (the GPU default): nothing is read outside cos_sin_cache, the bad token's query
+    # and key become NaN (not silently unrotated or zero), the other tokens are exact, and
+    # value and the guards are untouched.
+    qkv, cache, positions = _guarded_case(guarded, bad_position)
+    query, key, value = _split(qkv.tensor, 4, 2, 16)
+    good = [0, 1, 3, 4]
+    expected_query, expected_key, value_before = query[good], key[good], value.clone()  # copies
+    rotary_embedding_ref(positions[good], expected_query, expected_key, cache.tensor, 16, True)
+
+    rotary_embedding(positions, query, key, cache.tensor, 16, True)
+
+    assert qkv.guards_intact() and cache.guards_intact()
+    assert query[2].isnan().all() and key[2].isnan().all() and torch.equal(value, value_before)
+    torch.testing.assert_close(query[good], expected_query)
+    torch.testing.assert_close(key[good], expected_key)
+
+
+@pytest.mark.parametrize("bad_position", BAD_POSITIONS)
+@pytest.mark.parametrize("fn", [rotary_embedding, rotary_embedding_op], ids=["launcher", "op"])
+def test_rotary_embedding_reports_first_bad_position(fn, bad_position, guarded):
+    # Checked (CPU tensors, or AUTOFUNC_KERNEL_CHECKS=1 on a GPU): a ValueError naming the first
+    # bad position, raised before query or key is written. (-1 used to wrap to the last row.)
+    qkv, cache, positions = _guarded_case(guarded, bad_position)
+    before = qkv.buffer.clone()
+    query, key, _ = _split(qkv.tensor, 4, 2, 16)
+
+    with pytest.raises(ValueError, match=rf"positions\[2\] = {bad_position} is invalid"):
+        fn(positions, query, key, cache.tensor, 16, True)
+
+    assert torch.equal(qkv.buffer, before)

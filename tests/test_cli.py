@@ -1,0 +1,130 @@
+"""The ``autofunc`` command line on user errors: one line on stderr, exit status 2, no traceback,
+and nothing run (no sweep, no compile) before the error is found."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import autofunc
+from autofunc.bench import compile_time, run
+from autofunc.cli import main
+
+# A module of explain targets, written to a temporary folder on sys.path.
+_TARGETS = textwrap.dedent(
+    """
+    def returns_none():
+        return None
+
+    def returns_pair_of_ints():
+        return 1, 2
+
+    def args_not_a_tuple():
+        return (lambda x: x), "x"
+
+    def raises():
+        raise RuntimeError("target is broken")
+
+    not_callable = 3
+    """
+)
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if a sweep, a compile-time run or an explain starts."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("work started before the user error was reported")
+
+    monkeypatch.setattr(run, "run_sweep", forbidden)
+    monkeypatch.setattr(compile_time, "run", forbidden)
+    monkeypatch.setattr(autofunc, "explain", forbidden)
+
+
+@pytest.fixture
+def targets(tmp_path, monkeypatch):
+    (tmp_path / "cli_targets.py").write_text(_TARGETS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "cli_targets"
+    sys.modules.pop("cli_targets", None)
+
+
+def _run(argv):
+    """main(argv)'s exit status, whether returned or raised (argparse exits)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def _assert_usage_error(capsys, argv, message):
+    assert _run(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert message in lines[0] and "Traceback" not in captured.err
+
+
+# (argv, a part of the one stderr line)
+BENCH_ERRORS = {
+    "sizes not integers": (["bench", "--sizes", "16xa"], "--sizes must be"),
+    "sizes not pairs": (["bench", "--sizes", "16x2x3"], "BLOCKSxLAYERS"),
+    "sizes zero": (["bench", "--sizes", "0x2"], "positive integers"),
+    "json dir missing": (
+        ["bench", "--json", "/nonexistent/dir/x.json"],
+        "directory '/nonexistent/dir' does not exist",
+    ),
+    "plot dir missing": (["bench", "--plot", "/nonexistent/dir/x.png"], "does not exist"),
+    "repeat not int": (["bench", "--repeat", "abc"], "invalid int value: 'abc'"),
+    "repeat negative": (["bench", "--repeat", "-1"], "--repeat must be >= 0"),
+    "unknown case": (["bench", "--cases", "nope"], "['nope']"),
+    "unknown device": (["bench", "--device", "tpu"], "--device must be cpu or cuda"),
+    "layers not integers": (["bench-compile", "--layers", "8,x"], "--layers must be"),
+    "layers zero": (["bench-compile", "--layers", "0,8"], "positive integers"),
+    "compile json": (["bench-compile", "--json", "/nonexistent/a.json"], "does not exist"),
+    "no command": ([], "required: command"),
+}
+
+
+@pytest.mark.parametrize("argv, message", BENCH_ERRORS.values(), ids=BENCH_ERRORS)
+def test_bench_user_errors(argv, message, capsys, no_work):
+    _assert_usage_error(capsys, argv, message)
+
+
+def test_bench_json_is_a_directory(tmp_path, capsys, no_work):
+    _assert_usage_error(capsys, ["bench", "--json", str(tmp_path)], "is a directory")
+
+
+EXPLAIN_ERRORS = {
+    "no colon": ("cli_targets", "expected MODULE:FUNCTION"),
+    "missing module": ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'"),
+    "missing function": ("cli_targets:nope", "has no attribute 'nope'"),
+    "not callable": ("cli_targets:not_callable", "non-callable 'not_callable'"),
+    "returns None": ("cli_targets:returns_none", "must return (fn, args)"),
+    "returns ints": ("cli_targets:returns_pair_of_ints", "must return (fn, args)"),
+    "args not a tuple": ("cli_targets:args_not_a_tuple", "must return (fn, args)"),
+    "target raises": ("cli_targets:raises", "raised RuntimeError: target is broken"),
+}
+
+
+@pytest.mark.parametrize("target, message", EXPLAIN_ERRORS.values(), ids=EXPLAIN_ERRORS)
+def test_explain_user_errors(target, message, capsys, targets, no_work):
+    _assert_usage_error(capsys, ["explain", target], message)
+
+
+def test_cli_process_prints_one_line_and_exits_2():
+    # The installed entry point end to end: no traceback reaches the terminal.
+    result = subprocess.run(
+        [sys.executable, "-m", "autofunc", "explain", "no_such_module_xyz:f"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "autofunc explain: cannot import 'no_such_module_xyz': ModuleNotFoundError: No module "
+        "named 'no_such_module_xyz'"
+    ]
