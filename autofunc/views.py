@@ -1,6 +1,7 @@
 """View-chain inference: regenerate a view of a base tensor with standard view ops.
 
-This module owns the ``ViewChain`` data model (``Select`` / ``Slice`` / ``AsStrided`` steps), the
+This module owns the ``ViewChain`` data model (``Select`` / ``Slice`` / ``DtypeView`` /
+``AsStrided`` steps), the
 inference of the cheapest chain that reproduces a view geometry *exactly* from its base geometry,
 and the HOP-kwargs wire format (``encode_chain`` / ``decode_chain``).  It is pure arithmetic on
 sizes, strides and offsets (ints or ``torch.SymInt``): it must not import HOP, FX-graph or
@@ -29,10 +30,12 @@ __all__ = [
     "Select",
     "Slice",
     "AsStrided",
+    "DtypeView",
     "Step",
     "ViewChain",
     "infer_view",
     "infer_view_of",
+    "infer_dtype_view",
     "encode_chain",
     "decode_chain",
 ]
@@ -77,7 +80,22 @@ class AsStrided:
         object.__setattr__(self, "stride", tuple(self.stride))
 
 
-Step = Select | Slice | AsStrided
+@dataclass(frozen=True)
+class DtypeView:
+    """``aten.view.dtype(t, dtype)``: the same bytes read as ``dtype``.
+
+    Note [Dtype views]
+    With the same element size the geometry is unchanged. Otherwise (ATen's rule) the last dim
+    must have stride 1 and is rescaled by the ratio of element sizes, as are the other strides
+    and the storage offset (a narrower dtype multiplies them, a wider one divides them, which must
+    be exact). Geometry is therefore measured in elements of the *current* dtype: a chain's
+    ``geometry`` needs the base's element size once a step changes it.
+    """
+
+    dtype: torch.dtype
+
+
+Step = Select | Slice | AsStrided | DtypeView
 
 
 class _Geom(NamedTuple):
@@ -146,6 +164,8 @@ def _slice_start_len(step: Slice, n: IntLike) -> tuple[IntLike, IntLike]:
 
 
 def _fmt_call(step: Step) -> str:
+    if isinstance(step, DtypeView):
+        return f"view({step.dtype})"
     if isinstance(step, Select):
         return f"select({step.dim}, {step.index})"
     if isinstance(step, Slice):
@@ -163,7 +183,7 @@ def _fmt_index(step: Select | Slice) -> str:
 
 def _render(steps: Sequence[Step]) -> str:
     """Merge runs of select/slice on distinct dims into one subscript; join runs with ' -> '."""
-    width = len(steps) + 1 + max((s.dim for s in steps if not isinstance(s, AsStrided)), default=0)
+    width = len(steps) + 1 + max((s.dim for s in steps if isinstance(s, (Select, Slice))), default=0)
     parts: list[str] = []
     entries: dict[int, str] = {}  # original dim (at the run's input) -> subscript entry
     alive: list[int] = list(range(width))  # current dim -> original dim
@@ -176,7 +196,7 @@ def _render(steps: Sequence[Step]) -> str:
         alive[:] = range(width)
 
     for step in steps:
-        if isinstance(step, AsStrided) or step.dim < 0:
+        if isinstance(step, (AsStrided, DtypeView)) or step.dim < 0:
             flush()
             parts.append(_fmt_call(step))
             continue
@@ -228,13 +248,19 @@ class ViewChain:
                 out = torch.ops.aten.select.int(out, step.dim, step.index)
             elif isinstance(step, Slice):
                 out = torch.ops.aten.slice.Tensor(out, step.dim, step.start, step.stop, step.step)
+            elif isinstance(step, DtypeView):
+                out = torch.ops.aten.view.dtype(out, step.dtype)
             else:
                 size, stride = list(step.size), list(step.stride)
                 out = torch.ops.aten.as_strided.default(out, size, stride, step.storage_offset)
         return out
 
     def geometry(
-        self, size: Sequence[IntLike], stride: Sequence[IntLike], storage_offset: IntLike
+        self,
+        size: Sequence[IntLike],
+        stride: Sequence[IntLike],
+        storage_offset: IntLike,
+        itemsize: int | None = None,
     ) -> tuple[tuple[IntLike, ...], tuple[IntLike, ...], IntLike]:
         """Pure arithmetic: the geometry obtained by applying the chain to a base geometry.
 
@@ -245,12 +271,32 @@ class ViewChain:
             size: Base sizes.
             stride: Base strides (elements).
             storage_offset: Base storage offset (elements).
+            itemsize: The base's element size in bytes; needed only when a ``DtypeView`` step
+                changes the element size (Note [Dtype views]).
 
         Returns:
-            ``(size, stride, storage_offset)`` of the resulting view.
+            ``(size, stride, storage_offset)`` of the resulting view, in elements of
+            ``self.dtype(base dtype)``.
+
+        Raises:
+            ValueError: If a ``DtypeView`` changes the element size and ``itemsize`` is not
+                given, or the geometry does not allow that dtype view.
         """
         sizes, strides, offset = list(size), list(stride), storage_offset
         for step in self.steps:
+            if isinstance(step, DtypeView):
+                new = step.dtype.itemsize
+                if itemsize is None and any(
+                    isinstance(s, DtypeView) and s.dtype.itemsize != new for s in self.steps
+                ):
+                    raise ValueError(f"{self}: the base's element size is needed")
+                if itemsize is not None and itemsize != new:
+                    rescaled = _rescale(_Geom(tuple(sizes), tuple(strides), offset), itemsize, new)
+                    if rescaled is None:
+                        raise ValueError(f"{self}: view({step.dtype}) is not valid here")
+                    sizes, strides, offset = list(rescaled.size), list(rescaled.stride), rescaled.offset
+                itemsize = new
+                continue
             if isinstance(step, AsStrided):
                 sizes, strides = list(step.size), list(step.stride)
                 offset = step.storage_offset
@@ -265,8 +311,44 @@ class ViewChain:
                 sizes[dim], strides[dim] = length, strides[dim] * step.step
         return tuple(sizes), tuple(strides), offset
 
+    def dtype(self, base_dtype: torch.dtype) -> torch.dtype:
+        """The dtype of the view the chain makes from a base of ``base_dtype``."""
+        return next(
+            (s.dtype for s in reversed(self.steps) if isinstance(s, DtypeView)), base_dtype
+        )
+
+    @property
+    def changes_itemsize(self) -> bool:
+        """Whether a ``DtypeView`` step may change the element size (geometry then needs it)."""
+        return any(isinstance(s, DtypeView) for s in self.steps)
+
     def __str__(self) -> str:
         return "alias" if not self.steps else _render(self.steps)
+
+
+def _rescale(geom: "_Geom", old: int, new: int) -> "_Geom | None":
+    """``geom`` (in elements of ``old`` bytes) as seen by ``view(dtype)`` of ``new`` bytes, or
+    ``None`` where ATen would refuse it or it cannot be proven allowed (Note [Dtype views])."""
+    if old == new:
+        return geom
+    if not geom.size or not _known(geom.stride[-1] == 1):
+        return None
+    size, stride = list(geom.size), list(geom.stride)
+    if new < old:
+        if old % new:
+            return None
+        r = old // new
+        size[-1] = _simplify(size[-1] * r)
+        stride = [_simplify(s * r) for s in stride[:-1]] + [1]
+        return _Geom(tuple(size), tuple(stride), _simplify(geom.offset * r))
+    if new % old:
+        return None
+    r = new // old
+    if not all(_known(x % r == 0) for x in (size[-1], geom.offset, *stride[:-1])):
+        return None
+    size[-1] = _simplify(size[-1] // r)
+    stride = [_simplify(s // r) for s in stride[:-1]] + [1]
+    return _Geom(tuple(size), tuple(stride), _simplify(geom.offset // r))
 
 
 # --------------------------------------------------------------------------------------------
@@ -522,6 +604,9 @@ def infer_view(
 def infer_view_of(base: torch.Tensor, view: torch.Tensor) -> ViewChain:
     """``infer_view`` on two tensors; ``view`` must share ``base``'s storage.
 
+    When the dtypes differ the chain contains a ``DtypeView`` (Note [Dtype views]): see
+    ``infer_dtype_view``.
+
     Args:
         base: The base tensor (real or fake).
         view: A tensor aliasing ``base``'s storage.
@@ -529,10 +614,68 @@ def infer_view_of(base: torch.Tensor, view: torch.Tensor) -> ViewChain:
     Returns:
         The chain regenerating ``view`` from ``base``.
     """
+    if view.dtype != base.dtype:
+        return infer_dtype_view(
+            (tuple(base.size()), tuple(base.stride()), base.storage_offset()),
+            base.dtype,
+            (tuple(view.size()), tuple(view.stride()), view.storage_offset()),
+            view.dtype,
+        )
     return infer_view(
         base.size(), base.stride(), base.storage_offset(),
         view.size(), view.stride(), view.storage_offset(),
     )  # fmt: skip
+
+
+def infer_dtype_view(
+    base: tuple, base_dtype: torch.dtype, view: tuple, view_dtype: torch.dtype
+) -> ViewChain:
+    """The chain regenerating a view of another dtype: select/slice steps and one ``DtypeView``.
+
+    Reasons in bytes (Note [Dtype views]): the ``DtypeView`` goes last when the view's geometry,
+    rescaled to the base's element size, is a select/slice view of the base
+    (``kv[l, 0].view(torch.float8_e4m3fn)``), else first when the base itself allows the dtype
+    view (``x.view(torch.int32)[:, 2:]``). Only when neither order has a select/slice chain is an
+    ``AsStrided`` used, in the base's elements and before the ``DtypeView``.
+
+    Args:
+        base: ``(size, stride, storage_offset)`` of the base, in its elements.
+        base_dtype: The base's dtype.
+        view: ``(size, stride, storage_offset)`` of the view, in its elements.
+        view_dtype: The view's dtype.
+
+    Returns:
+        The chain; it reproduces the view's geometry exactly.
+
+    Raises:
+        ValueError: If no dtype view of the base or of a view of it in the base's dtype has the
+            view's geometry.
+    """
+    b, v = _Geom(*map(_norm, base)), _Geom(*map(_norm, view))
+    eb, ev = base_dtype.itemsize, view_dtype.itemsize
+    step = DtypeView(view_dtype)
+    candidates = []
+    mid = _rescale(v, ev, eb)  # the view in the base's elements: a view of the base, then step
+    if mid is not None:
+        candidates.append(ViewChain((*infer_view(*b, *mid).steps, step)))
+    first = _rescale(b, eb, ev)  # the base in the view's elements: step, then a view of it
+    if first is not None:
+        candidates.append(ViewChain((step, *infer_view(*first, *v).steps)))
+    candidates.sort(key=lambda c: (c.uses_as_strided, len(c.steps)))
+    for chain in candidates:
+        try:
+            ok = _same_geometry(_Geom(*chain.geometry(*b, itemsize=eb)), v)
+        except ValueError:
+            ok = False
+        if ok and not (chain.uses_as_strided and isinstance(chain.steps[0], DtypeView)):
+            return chain  # (an AsStrided after the DtypeView would be in the view's elements)
+    raise ValueError(
+        f"no view of a {base_dtype} base {tuple(b)} read as {view_dtype} has geometry {tuple(v)}"
+    )
+
+
+def _norm(x):
+    return tuple(x) if isinstance(x, (list, tuple, torch.Size)) else x
 
 
 # --------------------------------------------------------------------------------------------
@@ -548,11 +691,14 @@ def encode_chain(chain: ViewChain) -> tuple:
 
     Returns:
         E.g. ``(("select", 0, 3), ("slice", 1, 2, 5, 1), ("as_strided", (2,), (1,), 4))``;
-        ``()`` for an alias.
+        ``()`` for an alias. A ``DtypeView`` is ``("dtype", "float8_e4m3fn")``: the dtype
+        travels by name, so graphs stay printable and serializable.
     """
     wire = []
     for step in chain.steps:
-        if isinstance(step, Select):
+        if isinstance(step, DtypeView):
+            wire.append(("dtype", _dtype_name(step.dtype)))
+        elif isinstance(step, Select):
             wire.append(("select", step.dim, step.index))
         elif isinstance(step, Slice):
             wire.append(("slice", step.dim, step.start, step.stop, step.step))
@@ -582,6 +728,21 @@ def decode_chain(wire: Sequence) -> ViewChain:
             steps.append(Slice(*args))
         elif tag == "as_strided" and len(args) == 3:
             steps.append(AsStrided(tuple(args[0]), tuple(args[1]), args[2]))
+        elif tag == "dtype" and len(args) == 1 and _dtype_of(args[0]) is not None:
+            steps.append(DtypeView(_dtype_of(args[0])))
         else:
             raise ValueError(f"malformed view-chain step: {entry!r}")
     return ViewChain(tuple(steps))
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float8_e4m3fn`` -> ``"float8_e4m3fn"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _dtype_of(name: object) -> torch.dtype | None:
+    """Inverse of ``_dtype_name`` (a ``torch.dtype`` is accepted as is); ``None`` if unknown."""
+    if isinstance(name, torch.dtype):
+        return name
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    return dtype if isinstance(dtype, torch.dtype) else None

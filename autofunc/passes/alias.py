@@ -50,6 +50,7 @@ VIEW_OPS = frozenset(
         torch.ops.aten.unfold.default,
         torch.ops.aten.unsqueeze.default,
         torch.ops.aten.view.default,
+        torch.ops.aten.view.dtype,  # the same bytes as another dtype (Note [Dtype views])
         torch.ops.aten._reshape_alias.default,
         torch.ops.aten._unsafe_view.default,
         operator.getitem,  # of a split/unbind result (a tuple of views)
@@ -177,12 +178,19 @@ class AliasAnalysis:
         root = self.root[self.version[node]]
         return region_of(node.meta["val"], root.meta["val"])
 
-    def region_of_geometry(self, node: fx.Node, geom: tuple) -> Region:
+    def region_of_geometry(
+        self, node: fx.Node, geom: tuple, itemsize: int | None = None
+    ) -> Region:
         """The region a view of ``node``'s value with geometry ``(size, stride, offset)`` covers
-        in ``node``'s version."""
+        in ``node``'s version; ``geom`` is in elements of ``itemsize`` bytes (default: those of
+        ``node``'s dtype; another size for a dtype view of it)."""
         root = self.root[self.version[node]].meta["val"]
         root_geom = (tuple(root.shape), tuple(root.stride()), root.storage_offset())
-        return region_of_geometry(geom, root_geom, is_dense_root(root))
+        if itemsize is None:
+            itemsize = node.meta["val"].element_size()
+        return region_of_geometry(
+            geom, root_geom, is_dense_root(root), itemsize, root.element_size()
+        )
 
     def memory_class(self, key: Any) -> Any:
         while self._parent[key] is not key:

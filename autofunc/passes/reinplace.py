@@ -176,8 +176,13 @@ def _written(analysis: AliasAnalysis, buf: _Buffer) -> list[Region]:
     if buf.written is None:
         val = buf.node.meta["val"]
         geom = (tuple(val.shape), tuple(val.stride()), val.storage_offset())
+        itemsize = val.element_size()
         buf.written = [
-            analysis.region_of_geometry(buf.node, _rebase(_values(c), geom[2]).geometry(*geom))
+            analysis.region_of_geometry(
+                buf.node,
+                _rebase(_values(c), geom[2]).geometry(*geom, itemsize=itemsize),
+                c.dtype(val.dtype).itemsize,  # Note [Dtype views]: regions are in bytes
+            )
             for c in buf.chains
         ]
     return buf.written
