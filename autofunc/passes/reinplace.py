@@ -23,7 +23,7 @@ from ..hops.common import unpack_outputs
 from ..hops.v1 import auto_functionalized_v1, mutable_slots
 from ..hops.v2 import Distinct, _rebase, auto_functionalized_v2, decode_views
 from ..schema import ArgKind, OpInfo, op_info, resolve
-from .alias import AliasAnalysis
+from .alias import SCATTER_VIEWS, VIEW_OPS, AliasAnalysis
 from .emit import (
     NO_VAL,
     emit,
@@ -225,9 +225,11 @@ def _decide(
     for arg in _other_tensor_args(node, info):
         if analysis.may_overlap(arg, [analysis.region(arg)], buf.node, written):
             return Reason.READ_BY_CALL, arg.name
-    if root.op == "placeholder":
-        if buf.node is not root:
-            return Reason.VIEW_OF_INPUT, root.name
+    if root.op == "placeholder" and buf.node is not root:
+        reason = _view_of_input(ctx, buf, root)
+        if reason is not None:
+            return reason, root.name
+    elif root.op == "placeholder":
         final = ctx.finals.get((node, buf.out_index))
         copy = ctx.epilogue.get(root)
         if copy is None or copy.args[1] is not final:
@@ -245,6 +247,97 @@ def _decide(
     if reader is not None:
         return Reason.READ_LATER, f"by {reader.name}"
     return Reason.INPLACE, ""
+
+
+def _view_of_input(ctx: _Pass, buf: _Buffer, root: fx.Node) -> Reason | None:
+    """Why a buffer that is a view of graph input ``root`` must be cloned, or ``None``.
+
+    Note [Views of graph inputs]
+    A mutated view whose base the HOP could not see (a dtype view has no ``_base``:
+    ``kv[l].view(torch.float8_e4m3fn)``) is the HOP's buffer itself; the functional program
+    scatters its new value back into the input, and the graph copies that back into the input.
+    Writing the view in place writes the input before that copy-back, which is sound when the
+    copy-back exists (else the input must keep its old value): the scatters read around what
+    they replace (Note [Scatters read around what they replace]), every other later read of the
+    old input is checked like any other buffer's, and each scatter of the written view into
+    itself is then removed (``_fold_scatters``). In a training graph that value must not also
+    be an output (rule 4 of ``reinplace``).
+    """
+    copy = ctx.epilogue.get(root)
+    if copy is None or not _is_view_chain(buf.node, root):
+        return Reason.VIEW_OF_INPUT
+    if ctx.training and any(
+        ctx.analysis.same_memory(o, root) or ctx.analysis.same_memory(o, copy.args[1])
+        for o in ctx.outputs
+    ):
+        return Reason.SAVED_OUTPUT
+    return None
+
+
+def _is_view_chain(node: fx.Node, root: fx.Node) -> bool:
+    """Whether ``node`` is ``root`` through view ops only."""
+    while node is not root:
+        if node.op != "call_function" or node.target not in VIEW_OPS or not node.args:
+            return False
+        node = node.args[0]
+    return True
+
+
+def _strip_dtype_views(node: Any) -> Any:
+    while isinstance(node, fx.Node) and node.target is _aten.view.dtype:
+        node = node.args[0]
+    return node
+
+
+def _fold_scatters(ctx: _Pass, buf: fx.Node) -> None:
+    """Remove the scatters of ``buf`` (just written in place) into the memory it views.
+
+    ``select_scatter(x, buf', 0, l)``, where ``buf'`` is ``buf`` up to dtype views and ``buf``
+    is ``select(x, 0, l)`` up to dtype views, puts back what is already there: it is ``x`` (in
+    memory). Its readers now read ``x``'s memory, whose version joins ``x``'s memory class, so
+    later writes into it are checked against the old readers of both.
+    """
+    graph, analysis = ctx.gm.graph, ctx.analysis
+    view = _strip_dtype_views(buf)
+    if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
+        return
+    todo, seen = [buf], set()
+    while todo:
+        src = todo.pop()
+        for user in list(src.users):
+            if user.target is _aten.view.dtype and user not in seen:
+                seen.add(user)
+                todo.append(user)
+            elif (
+                user.target in SCATTER_VIEWS
+                and len(user.args) > 1
+                and user.args[1] is src
+                and SCATTER_VIEWS[user.target] is view.target
+                and user.args[0] is view.args[0]
+                and _same_view_args(user, view)
+                and src.meta["val"].dtype == user.meta["val"].dtype
+                and user in analysis.version
+                and view.args[0] in analysis.version
+            ):
+                target = user.args[0]
+                analysis.merge(target, user)
+                analysis.forget(user)
+                user.replace_all_uses_with(target)
+                graph.erase_node(user)
+
+
+def _same_view_args(scatter: fx.Node, view: fx.Node) -> bool:
+    """Whether a scatter replaces exactly the part of its input that ``view`` selects."""
+    try:
+        a = scatter.normalized_arguments(None, normalize_to_only_use_kwargs=True)
+        b = view.normalized_arguments(None, normalize_to_only_use_kwargs=True)
+    except Exception:
+        return False
+    if a is None or b is None:
+        return False
+    a = {k: v for k, v in a.kwargs.items() if k not in ("input", "self", "src")}
+    b = {k: v for k, v in b.kwargs.items() if k not in ("input", "self")}
+    return a == b
 
 
 # Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
@@ -370,6 +463,9 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
         user.replace_all_uses_with(repl)
         graph.erase_node(user)
     graph.erase_node(node)
+    for buf, decision in zip(bufs, decisions):
+        if decision and buf.node.op != "placeholder":
+            _fold_scatters(ctx, buf.node)
     return CallReport(node.name, info.qualname, HOP_STRATEGY[node.target], decisions)
 
 
