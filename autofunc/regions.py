@@ -121,11 +121,12 @@ def region_of_geometry(
     hi = lo + itemsize * (1 + sum((s - 1) * abs(st) for s, st in zip(size, stride)))
     if not root_dense:
         return Region(lo, hi)
-    in_root = views._rescale(views._Geom(tuple(size), tuple(stride), off), itemsize, root_itemsize)
-    if in_root is None:
-        return Region(lo, hi)
-    chain = views.infer_view(*root, *in_root)
-    if chain.uses_as_strided:
+    chain = None
+    for in_root in _in_root_elements(size, stride, off, itemsize, root_itemsize):
+        chain = views.infer_view(*root, *in_root)
+        if not chain.uses_as_strided:
+            break
+    if chain is None or chain.uses_as_strided:
         return Region(lo, hi)
     box = [(0, n, 1) for n in root[0]]
     dims = list(range(len(box)))  # current dim -> root dim
@@ -138,6 +139,24 @@ def region_of_geometry(
         else:
             box[d] = (start + step.start * stp, start + step.stop * stp, stp * step.step)
     return Region(lo, hi, root=(*root[:3], root_itemsize), box=tuple(box))
+
+
+def _in_root_elements(size, stride, off, itemsize: int, root_itemsize: int) -> list[tuple]:
+    """Exact geometries, in the root's elements, of the bytes a view covers (Note [Dtype views]).
+
+    The dtype view's own rescaling first; for a wider element, also each element as a trailing
+    dim of ``itemsize // root_itemsize`` root elements (a strided column of ``int32`` over a
+    ``uint8`` root). Empty when the view's elements are not whole root elements.
+    """
+    geom = views._Geom(tuple(size), tuple(stride), off)
+    out = []
+    rescaled = views._rescale(geom, itemsize, root_itemsize)
+    if rescaled is not None:
+        out.append(tuple(rescaled))
+    if itemsize > root_itemsize and itemsize % root_itemsize == 0:
+        r = itemsize // root_itemsize
+        out.append(((*size, r), (*(st * r for st in stride), 1), off * r))
+    return out
 
 
 def contains(a: Region, b: Region) -> bool:

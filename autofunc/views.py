@@ -271,31 +271,29 @@ class ViewChain:
             size: Base sizes.
             stride: Base strides (elements).
             storage_offset: Base storage offset (elements).
-            itemsize: The base's element size in bytes; needed only when a ``DtypeView`` step
-                changes the element size (Note [Dtype views]).
+            itemsize: The base's element size in bytes; needed when the chain has a
+                ``DtypeView`` step (Note [Dtype views]).
 
         Returns:
             ``(size, stride, storage_offset)`` of the resulting view, in elements of
             ``self.dtype(base dtype)``.
 
         Raises:
-            ValueError: If a ``DtypeView`` changes the element size and ``itemsize`` is not
-                given, or the geometry does not allow that dtype view.
+            ValueError: If the chain has a ``DtypeView`` and ``itemsize`` is not given, or the
+                geometry does not allow that dtype view.
         """
         sizes, strides, offset = list(size), list(stride), storage_offset
         for step in self.steps:
             if isinstance(step, DtypeView):
-                new = step.dtype.itemsize
-                if itemsize is None and any(
-                    isinstance(s, DtypeView) and s.dtype.itemsize != new for s in self.steps
-                ):
+                if itemsize is None:
                     raise ValueError(f"{self}: the base's element size is needed")
-                if itemsize is not None and itemsize != new:
-                    rescaled = _rescale(_Geom(tuple(sizes), tuple(strides), offset), itemsize, new)
-                    if rescaled is None:
-                        raise ValueError(f"{self}: view({step.dtype}) is not valid here")
-                    sizes, strides, offset = list(rescaled.size), list(rescaled.stride), rescaled.offset
-                itemsize = new
+                geom = _rescale(
+                    _Geom(tuple(sizes), tuple(strides), offset), itemsize, step.dtype.itemsize
+                )
+                if geom is None:
+                    raise ValueError(f"{self}: view({step.dtype}) is not valid here")
+                sizes, strides, offset = list(geom.size), list(geom.stride), geom.offset
+                itemsize = step.dtype.itemsize
                 continue
             if isinstance(step, AsStrided):
                 sizes, strides = list(step.size), list(step.stride)
@@ -316,11 +314,6 @@ class ViewChain:
         return next(
             (s.dtype for s in reversed(self.steps) if isinstance(s, DtypeView)), base_dtype
         )
-
-    @property
-    def changes_itemsize(self) -> bool:
-        """Whether a ``DtypeView`` step may change the element size (geometry then needs it)."""
-        return any(isinstance(s, DtypeView) for s in self.steps)
 
     def __str__(self) -> str:
         return "alias" if not self.steps else _render(self.steps)
