@@ -76,6 +76,14 @@ def write_rows(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor) -> 
     cache.index_copy_(0, index, rows)
 
 
+@torch.library.custom_op(f"{_NS}::write_rows_fp8", mutates_args={"cache"})
+def write_rows_fp8(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor) -> None:
+    """cache[index] = rows as fp8 (``cache`` is an fp8 view of a ``uint8`` KV cache; the bytes
+    are written through ``uint8``, as CPU kernels for fp8 are few)"""
+    fp8 = rows.to(cache.dtype).view(torch.uint8)
+    cache.view(torch.uint8).index_copy_(0, index, fp8)
+
+
 _lib = torch.library.Library(_NS, "FRAGMENT")
 _lib.define("bump(Tensor(a!) x) -> ()")
 _lib.define("bump.by(Tensor(a!) x, float by) -> ()")
@@ -98,7 +106,7 @@ scale_into = torch.ops.autofunc_corpus.scale_into
 for _name in ("bump", "bump.by", "scale_into"):
     torch.library.register_fake(f"{_NS}::{_name}", lambda *a, **k: None, lib=_lib)
 
-OPS = (add_, add_opt, add_list, add_and_sum, two, copy_into, write_rows)
+OPS = (add_, add_opt, add_list, add_and_sum, two, copy_into, write_rows, write_rows_fp8)
 OP_NAMES = tuple(op._qualname for op in OPS) + (f"{_NS}::bump", f"{_NS}::scale_into")
 
 
@@ -123,6 +131,9 @@ class Program:
     fn: Callable
     make_inputs: Callable[[], tuple]
     note: str = ""
+    # Upper bound on the bytes a call needs (outputs and temporaries; no clone of a buffer the
+    # op writes), where stated: the comparison fails autofunc v2 above it.
+    necessary_bytes: int | None = None
 
     def inputs(self) -> tuple:
         torch.manual_seed(0)
@@ -132,9 +143,11 @@ class Program:
 PROGRAMS: dict[str, Program] = {}
 
 
-def program(make_inputs: Callable[[], tuple], note: str = "") -> Callable:
+def program(
+    make_inputs: Callable[[], tuple], note: str = "", necessary_bytes: int | None = None
+) -> Callable:
     def deco(fn: Callable) -> Callable:
-        PROGRAMS[fn.__name__] = Program(fn.__name__, fn, make_inputs, note)
+        PROGRAMS[fn.__name__] = Program(fn.__name__, fn, make_inputs, note, necessary_bytes)
         return fn
 
     return deco
@@ -298,3 +311,54 @@ def kv_reordered_read(kv, rows, index):
         if layer > 0:
             outs.append(kv[layer - 1, 0].sum())
     return torch.stack(outs)
+
+
+# -- dtype views (Note [Dtype views]): an fp8 KV cache kept as uint8 storage, as in vLLM ---------
+
+_FP8 = getattr(torch, "float8_e4m3fn", None)
+
+
+def _kv_u8_inputs(layers: int = 2, slots: int = 4096, width: int = 16):
+    """A ``uint8`` cache of 2 layers x (K, V) x 4096 slots x 16 bytes (256 KiB), rows to write."""
+    kv = torch.zeros(layers, 2, slots, width, dtype=torch.uint8)
+    rows = torch.randn(layers, 2, width)
+    index = torch.tensor([1, 5])
+    return kv, rows, index
+
+
+@program(
+    _kv_u8_inputs,
+    "fp8 KV cache: write kv[l, 0].view(fp8), kv[l, 1].view(fp8) of a uint8 cache, per layer",
+    necessary_bytes=4096,  # the fp8 rows and a few scalars; one layer's K is 64 KiB
+)
+def kv_fp8_layers(kv, rows, index):
+    h = rows[0].sum()
+    for layer in range(kv.shape[0]):
+        write_rows_fp8(kv[layer, 0].view(_FP8), rows[layer] + h, index)
+        write_rows_fp8(kv[layer, 1].view(_FP8), rows[layer] * 2, index)
+        h = h + kv[layer, 0].sum()
+    return h
+
+
+@program(
+    _kv_u8_inputs,
+    "fp8 KV cache: write the whole layer kv[l].view(fp8), read the previous layer afterwards",
+    necessary_bytes=4096,
+)
+def kv_fp8_whole_layer(kv, rows, index):
+    outs = []
+    for layer in range(kv.shape[0]):
+        write_rows_fp8(kv[layer].view(_FP8)[0], rows[layer], index)
+        if layer > 0:
+            outs.append(kv[layer - 1].sum())
+    return torch.stack(outs)
+
+
+@program(
+    lambda: (torch.zeros(2, 256, 1024), torch.randn(4, 1024)),
+    "a same-dtype view: write cache[1].view(torch.float32) of a float32 cache",
+    necessary_bytes=4096,  # the sum; the cache's layer is 1 MiB
+)
+def cache_same_dtype_view(cache, rows):
+    write_rows(cache[1].view(torch.float32), rows, torch.tensor([0, 7, 9, 200]))
+    return rows.sum()

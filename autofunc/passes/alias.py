@@ -42,6 +42,7 @@ VIEW_OPS = frozenset(
     {
         torch.ops.aten.alias.default,
         torch.ops.aten.as_strided.default,
+        torch.ops.aten.detach.default,
         torch.ops.aten.diagonal.default,
         torch.ops.aten.expand.default,
         torch.ops.aten.permute.default,

@@ -283,8 +283,12 @@ def _is_view_chain(node: fx.Node, root: fx.Node) -> bool:
     return True
 
 
+# Views that keep the bytes and the geometry (up to the element size).
+_SAME_BYTES = frozenset({_aten.view.dtype, _aten.alias.default, _aten.detach.default})
+
+
 def _strip_dtype_views(node: Any) -> Any:
-    while isinstance(node, fx.Node) and node.target is _aten.view.dtype:
+    while isinstance(node, fx.Node) and node.target in _SAME_BYTES:
         node = node.args[0]
     return node
 
@@ -293,37 +297,62 @@ def _fold_scatters(ctx: _Pass, buf: fx.Node) -> None:
     """Remove the scatters of ``buf`` (just written in place) into the memory it views.
 
     ``select_scatter(x, buf', 0, l)``, where ``buf'`` is ``buf`` up to dtype views and ``buf``
-    is ``select(x, 0, l)`` up to dtype views, puts back what is already there: it is ``x`` (in
-    memory). Its readers now read ``x``'s memory, whose version joins ``x``'s memory class, so
-    later writes into it are checked against the old readers of both.
+    is ``select(x, 0, l)`` up to dtype views (``x`` the same node or the same chain of views),
+    puts back what is already there: it is ``x`` (in memory). Its readers now read ``x``'s
+    memory, whose version joins ``x``'s memory class, so later writes into it are checked
+    against the old readers of both. ``x`` may itself be scattered into its base next (the
+    write-back of a view of a view): it is folded the same way.
     """
     graph, analysis = ctx.gm.graph, ctx.analysis
-    view = _strip_dtype_views(buf)
-    if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
-        return
-    todo, seen = [buf], set()
-    while todo:
-        src = todo.pop()
-        for user in list(src.users):
-            if user.target is _aten.view.dtype and user not in seen:
-                seen.add(user)
-                todo.append(user)
-            elif (
-                user.target in SCATTER_VIEWS
-                and len(user.args) > 1
-                and user.args[1] is src
-                and SCATTER_VIEWS[user.target] is view.target
-                and user.args[0] is view.args[0]
-                and _same_view_args(user, view)
-                and src.meta["val"].dtype == user.meta["val"].dtype
-                and user in analysis.version
-                and view.args[0] in analysis.version
-            ):
-                target = user.args[0]
-                analysis.merge(target, user)
-                analysis.forget(user)
-                user.replace_all_uses_with(target)
-                graph.erase_node(user)
+    starts = [buf]
+    while starts:
+        start = starts.pop()
+        view = _strip_dtype_views(start)
+        if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
+            continue
+        todo, seen = [start], {start}
+        while todo:
+            src = todo.pop()
+            for user in list(src.users):
+                if user.target in _SAME_BYTES and user not in seen:
+                    seen.add(user)
+                    todo.append(user)
+                elif (
+                    user.target in SCATTER_VIEWS
+                    and len(user.args) > 1
+                    and user.args[1] is src
+                    and SCATTER_VIEWS[user.target] is view.target
+                    and _same_view(user.args[0], view.args[0])
+                    and _same_view_args(user, view)
+                    and src.meta["val"].dtype == user.meta["val"].dtype
+                    and user in analysis.version
+                    and user.args[0] in analysis.version
+                ):
+                    target = user.args[0]
+                    analysis.merge(target, user)
+                    analysis.forget(user)
+                    user.replace_all_uses_with(target)
+                    graph.erase_node(user)
+                    starts.append(target)
+
+
+def _same_view(a: Any, b: Any) -> bool:
+    """Whether two nodes are one tensor, or the same chain of view ops of one tensor."""
+    while a is not b:
+        if not (
+            isinstance(a, fx.Node)
+            and isinstance(b, fx.Node)
+            and a.op == b.op == "call_function"
+            and a.target is b.target
+            and a.target in VIEW_OPS
+            and a.args[1:] == b.args[1:]
+            and a.kwargs == b.kwargs
+            and a.args
+            and b.args
+        ):
+            return False
+        a, b = a.args[0], b.args[0]
+    return True
 
 
 def _same_view_args(scatter: fx.Node, view: fx.Node) -> bool:
