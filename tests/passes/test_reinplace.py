@@ -294,3 +294,59 @@ class corpus_registered:
     def __exit__(self, *exc):
         for r in self.regs:
             r.remove()
+
+
+# -- dtype views: a uint8 KV cache written through fp8 views (Note [Views of graph inputs]) -----
+
+
+def _fp8_inputs():
+    return [torch.zeros(2, 2, 8, 4, dtype=torch.uint8), torch.randn(2, 2, 4), torch.tensor([1, 5])]
+
+
+def test_fp8_kv_cache_views_go_in_place(strategy):
+    captured = run(corpus.PROGRAMS["kv_fp8_layers"], _fp8_inputs())
+    assert reasons(captured) == [Reason.INPLACE] * 4
+    assert clones(captured) == 0
+    gm = captured.modules[0]
+    # every write-back scatter folded, the epilogue copy a self-copy removed
+    assert count_targets(gm, lambda t: t is aten.select_scatter.default) == 0
+    assert count_targets(gm, lambda t: t is aten.copy_.default) == 0
+
+
+def test_same_dtype_view_of_an_input_goes_in_place(strategy):
+    captured = run(corpus.PROGRAMS["cache_same_dtype_view"])
+    assert reasons(captured) == [Reason.INPLACE]
+
+
+def _fp8_old_row_program(read_layer):
+    def f(kv, rows, index):
+        old = kv[read_layer].sum()  # traced before the call; the reorder moves it after
+        corpus.write_rows_fp8(kv[1, 0].view(torch.float8_e4m3fn), rows[0], index)
+        return old
+
+    return f
+
+
+@pytest.mark.parametrize("read_layer", [0, 1])
+def test_fp8_view_old_value_read_after_the_call(read_layer):
+    # Layer 1 is what the op writes through its fp8 view: a read of the old kv[1] moved below
+    # the call keeps the clone (in bytes, the fp8 view and the uint8 layer overlap). Layer 0 is
+    # disjoint: in place.
+    fn = _fp8_old_row_program(read_layer)
+    is_sum = lambda n: n.target is aten.sum.default  # noqa: E731
+    with corpus_registered("v2"):
+        captured = run(fn, _fp8_inputs(), before_pass=_sink_after_hop(is_sum))
+    (d,) = captured.report.decisions
+    assert d.reason is (Reason.READ_LATER if read_layer == 1 else Reason.INPLACE)
+
+
+def test_view_of_input_without_copy_back_is_cloned():
+    with corpus_registered("v2"):
+        fn = corpus.PROGRAMS["cache_same_dtype_view"].fn
+        compiled, captured = compile_capture(fn, before_pass=_drop_epilogue)
+        cache, rows = corpus.PROGRAMS["cache_same_dtype_view"].inputs()
+        before = cache.clone()
+        compiled(cache, rows)
+    (d,) = captured.report.decisions
+    assert d.reason is Reason.VIEW_OF_INPUT
+    assert torch.equal(cache, before)
