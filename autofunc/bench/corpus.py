@@ -84,6 +84,12 @@ def write_rows_fp8(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor)
     cache.view(torch.uint8).index_copy_(0, index, fp8)
 
 
+@torch.library.custom_op(f"{_NS}::update_stats", mutates_args={"running"})
+def update_stats(running: torch.Tensor, x: torch.Tensor) -> None:
+    """running = 0.9 * running + 0.1 * x.mean(0) (BatchNorm-style running statistics)"""
+    running.mul_(0.9).add_(x.mean(0) * 0.1)
+
+
 _lib = torch.library.Library(_NS, "FRAGMENT")
 _lib.define("bump(Tensor(a!) x) -> ()")
 _lib.define("bump.by(Tensor(a!) x, float by) -> ()")
@@ -106,7 +112,17 @@ scale_into = torch.ops.autofunc_corpus.scale_into
 for _name in ("bump", "bump.by", "scale_into"):
     torch.library.register_fake(f"{_NS}::{_name}", lambda *a, **k: None, lib=_lib)
 
-OPS = (add_, add_opt, add_list, add_and_sum, two, copy_into, write_rows, write_rows_fp8)
+OPS = (
+    add_,
+    add_opt,
+    add_list,
+    add_and_sum,
+    two,
+    copy_into,
+    write_rows,
+    write_rows_fp8,
+    update_stats,
+)
 OP_NAMES = tuple(op._qualname for op in OPS) + (f"{_NS}::bump", f"{_NS}::scale_into")
 
 
@@ -362,3 +378,64 @@ def kv_fp8_whole_layer(kv, rows, index):
 def cache_same_dtype_view(cache, rows):
     write_rows(cache[1].view(torch.float32), rows, torch.tensor([0, 7, 9, 200]))
     return rows.sum()
+
+
+# -- clones PyTorch's built-in re-inplacing was reported to remove (issue 9, item 2) -------------
+
+
+def _bn_inputs():
+    return (
+        torch.randn(64, 256, requires_grad=True),
+        torch.randn(256, requires_grad=True),
+        torch.zeros(256),
+    )
+
+
+@program(_bn_inputs, "training graph: a BatchNorm-style running mean updated by a custom op")
+def bn_running_stats(x, w, running):
+    y = x * w
+    update_stats(running, y.detach())
+    return (y * 2).sum()
+
+
+def _nested_region(fn: Callable) -> Callable:
+    region = getattr(torch.compiler, "nested_compile_region", None)
+    return fn if region is None else region(fn)
+
+
+@_nested_region
+def _add_row_region(buf, y):
+    add_(buf[1], y)
+    return buf[0] * 2
+
+
+@program(
+    lambda: (torch.randn(64, 256), torch.randn(256)),
+    "nested_compile_region around a function that mutates a row of an intermediate",
+)
+def nested_region_row(x, y):
+    buf = x + 1
+    out = _add_row_region(buf, y)
+    return out, buf[1] + 1
+
+
+@program(
+    lambda: (torch.randn(64, 256), torch.randn(256)),
+    "reads of the base through other views before and after the op",
+)
+def views_around(x, y):
+    buf = x * 1
+    before = buf[0] + buf[1]
+    add_(buf[1], y)
+    after = buf[1] * buf[2]
+    return before, after
+
+
+@program(
+    lambda: (torch.randn(64, 256, requires_grad=True), torch.randn(64, 256), torch.randn(256)),
+    "a clone the program makes, mutates and saves for backward",
+)
+def clone_saved(x, y, z):
+    buf = y.clone()
+    add_(buf, z)
+    return (x * buf).sum()

@@ -471,7 +471,8 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
             aliased = _aliased_args(buf, _written(analysis, buf)) if ctx.for_inductor else False
             if reason is Reason.INPLACE:
                 new_bufs.append(buf.node)
-                arg_bases.append(pin_layout(ctx, buf.node) if aliased else buf.node)
+                pin = aliased or _realize_whole(ctx, buf)
+                arg_bases.append(pin_layout(ctx, buf.node) if pin else buf.node)
                 if out is not None:
                     analysis.merge(buf.node, out)
             else:
@@ -496,6 +497,23 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
         if decision and buf.node.op != "placeholder":
             _fold_scatters(ctx, buf.node)
     return CallReport(node.name, info.qualname, HOP_STRATEGY[node.target], decisions)
+
+
+def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
+    """Whether to pin the layout of a buffer written in place through views (``pin_layout``).
+
+    Note [Views of unrealized buffers under Inductor]
+    When the op takes a view (``buf[1]``) of a buffer Inductor has not computed yet (``x + 1``),
+    Inductor computes that view's elements into a buffer of their own for the op, one more
+    allocation of the view's size, and then the buffer itself. An ``as_strided`` alias of the
+    whole buffer makes Inductor compute the buffer once, with exactly its strides, and hand the
+    op a view of it. Graph inputs are computed already.
+    """
+    return (
+        ctx.for_inductor
+        and buf.node.op != "placeholder"
+        and not all(c.is_alias for c in buf.chains)
+    )
 
 
 def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node]) -> fx.Node:
