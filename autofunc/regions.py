@@ -148,11 +148,10 @@ def _in_root_elements(size, stride, off, itemsize: int, root_itemsize: int) -> l
     dim of ``itemsize // root_itemsize`` root elements (a strided column of ``int32`` over a
     ``uint8`` root). Empty when the view's elements are not whole root elements.
     """
-    geom = views._Geom(tuple(size), tuple(stride), off)
     out = []
-    rescaled = views._rescale(geom, itemsize, root_itemsize)
+    rescaled = views.dtype_view_geometry(size, stride, off, itemsize, root_itemsize)
     if rescaled is not None:
-        out.append(tuple(rescaled))
+        out.append(rescaled)
     if itemsize > root_itemsize and itemsize % root_itemsize == 0:
         r = itemsize // root_itemsize
         out.append(((*size, r), (*(st * r for st in stride), 1), off * r))

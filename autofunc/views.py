@@ -1,9 +1,9 @@
 """View-chain inference: regenerate a view of a base tensor with standard view ops.
 
 This module owns the ``ViewChain`` data model (``Select`` / ``Slice`` / ``DtypeView`` /
-``AsStrided`` steps), the
-inference of the cheapest chain that reproduces a view geometry *exactly* from its base geometry,
-and the HOP-kwargs wire format (``encode_chain`` / ``decode_chain``).  It is pure arithmetic on
+``AsStrided`` steps), the inference of the cheapest chain that reproduces a view geometry
+*exactly* from its base geometry (across dtypes too, in bytes), and the HOP-kwargs wire format
+(``encode_chain`` / ``decode_chain``).  It is pure arithmetic on
 sizes, strides and offsets (ints or ``torch.SymInt``): it must not import HOP, FX-graph or
 Inductor modules, and it never installs guards (only ``statically_known_true`` decisions).
 """
@@ -36,6 +36,7 @@ __all__ = [
     "infer_view",
     "infer_view_of",
     "infer_dtype_view",
+    "dtype_view_geometry",
     "encode_chain",
     "decode_chain",
 ]
@@ -183,7 +184,8 @@ def _fmt_index(step: Select | Slice) -> str:
 
 def _render(steps: Sequence[Step]) -> str:
     """Merge runs of select/slice on distinct dims into one subscript; join runs with ' -> '."""
-    width = len(steps) + 1 + max((s.dim for s in steps if isinstance(s, (Select, Slice))), default=0)
+    dims = (s.dim for s in steps if isinstance(s, (Select, Slice)))
+    width = len(steps) + 1 + max(dims, default=0)
     parts: list[str] = []
     entries: dict[int, str] = {}  # original dim (at the run's input) -> subscript entry
     alive: list[int] = list(range(width))  # current dim -> original dim
@@ -317,6 +319,26 @@ class ViewChain:
 
     def __str__(self) -> str:
         return "alias" if not self.steps else _render(self.steps)
+
+
+def dtype_view_geometry(
+    size: Sequence[IntLike], stride: Sequence[IntLike], offset: IntLike, old: int, new: int
+) -> tuple[tuple, tuple, IntLike] | None:
+    """The geometry ``view(dtype)`` gives a tensor, in elements of ``new`` bytes.
+
+    Args:
+        size: Sizes of the tensor.
+        stride: Its strides, in elements of ``old`` bytes.
+        offset: Its storage offset, in elements of ``old`` bytes.
+        old: Its element size in bytes.
+        new: The element size of the dtype it is viewed as.
+
+    Returns:
+        ``(size, stride, offset)``, or ``None`` where ATen would refuse the dtype view or it
+        cannot be proven allowed without a guard (Note [Dtype views]).
+    """
+    geom = _rescale(_Geom(tuple(size), tuple(stride), offset), old, new)
+    return None if geom is None else tuple(geom)
 
 
 def _rescale(geom: "_Geom", old: int, new: int) -> "_Geom | None":
