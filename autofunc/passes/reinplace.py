@@ -226,7 +226,7 @@ def _decide(
         if analysis.may_overlap(arg, [analysis.region(arg)], buf.node, written):
             return Reason.READ_BY_CALL, arg.name
     if root.op == "placeholder" and buf.node is not root:
-        reason = _view_of_input(ctx, buf, root)
+        reason = _view_of_input(ctx, node, buf, root)
         if reason is not None:
             return reason, root.name
     elif root.op == "placeholder":
@@ -249,7 +249,7 @@ def _decide(
     return Reason.INPLACE, ""
 
 
-def _view_of_input(ctx: _Pass, buf: _Buffer, root: fx.Node) -> Reason | None:
+def _view_of_input(ctx: _Pass, node: fx.Node, buf: _Buffer, root: fx.Node) -> Reason | None:
     """Why a buffer that is a view of graph input ``root`` must be cloned, or ``None``.
 
     Note [Views of graph inputs]
@@ -260,11 +260,15 @@ def _view_of_input(ctx: _Pass, buf: _Buffer, root: fx.Node) -> Reason | None:
     copy-back exists (else the input must keep its old value): the scatters read around what
     they replace (Note [Scatters read around what they replace]), every other later read of the
     old input is checked like any other buffer's, and each scatter of the written view into
-    itself is then removed (``_fold_scatters``). In a training graph that value must not also
-    be an output (rule 4 of ``reinplace``).
+    itself is then removed (``_fold_scatters``). Under Inductor every such scatter must fold
+    (Inductor cannot lower a scatter of a dtype view of an input's view). In a training graph
+    that value must not also be an output (rule 4 of ``reinplace``).
     """
     copy = ctx.epilogue.get(root)
     if copy is None or not _is_view_chain(buf.node, root):
+        return Reason.VIEW_OF_INPUT
+    out = next((u for u in node.users if u.args[1] == buf.out_index), None)
+    if ctx.for_inductor and out is not None and not _all_scatters_fold(ctx.analysis, out, buf.node):
         return Reason.VIEW_OF_INPUT
     if ctx.training and any(
         ctx.analysis.same_memory(o, root) or ctx.analysis.same_memory(o, copy.args[1])
@@ -317,23 +321,55 @@ def _fold_scatters(ctx: _Pass, buf: fx.Node) -> None:
                 if user.target in _SAME_BYTES and user not in seen:
                     seen.add(user)
                     todo.append(user)
-                elif (
-                    user.target in SCATTER_VIEWS
-                    and len(user.args) > 1
-                    and user.args[1] is src
-                    and SCATTER_VIEWS[user.target] is view.target
-                    and _same_view(user.args[0], view.args[0])
-                    and _same_view_args(user, view)
-                    and src.meta["val"].dtype == user.meta["val"].dtype
-                    and user in analysis.version
-                    and user.args[0] in analysis.version
-                ):
+                elif _folds(analysis, user, src, view):
                     target = user.args[0]
                     analysis.merge(target, user)
                     analysis.forget(user)
                     user.replace_all_uses_with(target)
                     graph.erase_node(user)
                     starts.append(target)
+
+
+def _folds(analysis: AliasAnalysis, user: fx.Node, src: fx.Node, view: fx.Node) -> bool:
+    """Whether ``user`` scatters ``src`` (the bytes of ``view``) back where ``view`` took them."""
+    return (
+        user.target in SCATTER_VIEWS
+        and len(user.args) > 1
+        and user.args[1] is src
+        and SCATTER_VIEWS[user.target] is view.target
+        and _same_view(user.args[0], view.args[0])
+        and _same_view_args(user, view)
+        and src.meta["val"].dtype == user.meta["val"].dtype
+        and user in analysis.version
+        and user.args[0] in analysis.version
+    )
+
+
+def _all_scatters_fold(analysis: AliasAnalysis, out: fx.Node, buf: fx.Node) -> bool:
+    """Whether every scatter of ``out`` (a HOP output, through views keeping its bytes) would
+    be folded once ``buf`` is written in place and ``out`` replaced by it: then no scatter of a
+    dtype view of a graph input reaches Inductor, whose lowering does not support one."""
+    view = _strip_dtype_views(buf)
+    if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
+        # nothing left to fold: ``out`` must not be scattered anywhere else
+        return not any(u.target in SCATTER_VIEWS and u.args[1] is out for u in out.users)
+    todo, seen = [out], {out}
+    while todo:
+        src = todo.pop()
+        for user in src.users:
+            if user.target in _SAME_BYTES and user not in seen:
+                seen.add(user)
+                todo.append(user)
+            elif user.target in SCATTER_VIEWS:
+                # and then the scatter of that scatter (the write-back of a view of a view);
+                # a scatter *into* these bytes stays a scatter into a view of an input
+                if not (
+                    user.args[1] is src
+                    and _folds(analysis, user, src, view)
+                    and _all_scatters_fold(analysis, user, user.args[0])
+                ):
+                    return False
+    return True
 
 
 def _same_view(a: Any, b: Any) -> bool:
