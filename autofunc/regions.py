@@ -22,6 +22,7 @@ __all__ = [
     "overlaps",
     "region_of",
     "region_of_geometry",
+    "contains",
     "is_dense_root",
     "region_of_storage",
     "same_geometry",
@@ -31,11 +32,14 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class Region:
-    """A part of a version's memory, in elements.
+    """A part of a version's memory.
 
-    ``lo``/``hi`` bound it ([lo, hi)); ``box`` (when known) gives, per dim of the version's root
-    geometry ``root``, the (start, stop, step) of the indices it covers, which lets two
-    interleaved views (``qkv.split`` halves, ``kv[l]`` vs ``kv[l+1]`` rows) be proven disjoint.
+    ``lo``/``hi`` bound it in BYTES ([lo, hi)), so that views of one storage with different
+    dtypes (``kv[l].view(torch.float8_e4m3fn)`` of a ``uint8`` cache) compare. ``box`` (when
+    known) gives, per dim of the version's root geometry ``root`` (size, stride, offset, element
+    size), the (start, stop, step) of the root indices it covers, which lets two interleaved
+    views (``qkv.split`` halves, ``kv[l]`` vs ``kv[l+1]`` rows) be proven disjoint. A box is
+    exact, never widened (``contains`` relies on it).
     """
 
     lo: Any
@@ -54,7 +58,12 @@ def _all_known_eq(xs: tuple, ys: tuple) -> bool:
 
 
 def _same_root(a: tuple, b: tuple) -> bool:
-    return _all_known_eq(a[0], b[0]) and _all_known_eq(a[1], b[1]) and _known(a[2] == b[2])
+    return (
+        _all_known_eq(a[0], b[0])
+        and _all_known_eq(a[1], b[1])
+        and _known(a[2] == b[2])
+        and a[3:] == b[3:]  # element sizes (roots built by region_of_geometry carry one)
+    )
 
 
 def _progressions_disjoint(a: tuple, b: tuple) -> bool:
@@ -78,20 +87,44 @@ def overlaps(a: Region, b: Region) -> bool:
 
 def region_of(val: torch.Tensor, root_val: torch.Tensor) -> Region:
     """The region of ``root_val``'s storage that ``val`` (a view sharing it) covers."""
-    return region_of_geometry(_geometry(val), _geometry(root_val), is_dense_root(root_val))
+    return region_of_geometry(
+        _geometry(val),
+        _geometry(root_val),
+        is_dense_root(root_val),
+        itemsize=val.element_size(),
+        root_itemsize=root_val.element_size(),
+    )
 
 
-def region_of_geometry(geom: tuple, root: tuple, root_dense: bool = True) -> Region:
-    """``region_of`` on (size, stride, offset) triples: the view ``geom`` of root ``root``."""
+def region_of_geometry(
+    geom: tuple,
+    root: tuple,
+    root_dense: bool = True,
+    itemsize: int = 1,
+    root_itemsize: int | None = None,
+) -> Region:
+    """``region_of`` on (size, stride, offset) triples: the view ``geom`` of root ``root``.
+
+    ``geom`` is in elements of ``itemsize`` bytes, ``root`` in elements of ``root_itemsize``
+    (default: ``itemsize``). A view of another element size gets a box only when its geometry,
+    rescaled to the root's elements, is exactly a select/slice view of the root (Note [Dtype
+    views] in views.py); otherwise only its byte interval is known.
+    """
+    root_itemsize = itemsize if root_itemsize is None else root_itemsize
     size, stride, off = geom
+    lo = off * itemsize
     if any(_known(s == 0) for s in size):
-        return Region(off, off)
-    hi = off + span_extent(size, stride)
+        return Region(lo, lo)
+    hi = lo + itemsize * span_extent(size, stride)
     if not root_dense:
-        return Region(off, hi)
-    chain = views.infer_view(*root, size, stride, off)
-    if chain.uses_as_strided:
-        return Region(off, hi)
+        return Region(lo, hi)
+    chain = None
+    for in_root in _in_root_elements(size, stride, off, itemsize, root_itemsize):
+        chain = views.infer_view(*root, *in_root)
+        if not chain.uses_as_strided:
+            break
+    if chain is None or chain.uses_as_strided:
+        return Region(lo, hi)
     box = [(0, n, 1) for n in root[0]]
     dims = list(range(len(box)))  # current dim -> root dim
     for step in chain.steps:
@@ -102,7 +135,40 @@ def region_of_geometry(geom: tuple, root: tuple, root_dense: bool = True) -> Reg
             dims.pop(step.dim)
         else:
             box[d] = (start + step.start * stp, start + step.stop * stp, stp * step.step)
-    return Region(off, hi, root=root, box=tuple(box))
+    return Region(lo, hi, root=(*root[:3], root_itemsize), box=tuple(box))
+
+
+def _in_root_elements(size, stride, off, itemsize: int, root_itemsize: int) -> list[tuple]:
+    """Exact geometries, in the root's elements, of the bytes a view covers (Note [Dtype views]).
+
+    The dtype view's own rescaling first; for a wider element, also each element as a trailing
+    dim of ``itemsize // root_itemsize`` root elements (a strided column of ``int32`` over a
+    ``uint8`` root). Empty when the view's elements are not whole root elements.
+    """
+    out = []
+    rescaled = views.dtype_view_geometry(size, stride, off, itemsize, root_itemsize)
+    if rescaled is not None:
+        out.append(rescaled)
+    if itemsize > root_itemsize and itemsize % root_itemsize == 0:
+        r = itemsize // root_itemsize
+        out.append(((*size, r), (*(st * r for st in stride), 1), off * r))
+    return out
+
+
+def contains(a: Region, b: Region) -> bool:
+    """Whether every element of ``b`` is provably in ``a`` (exact boxes of one root only)."""
+    if a.box is None or b.box is None or not _same_root(a.root, b.root):
+        return False
+    for (a0, a1, sa), (b0, b1, sb) in zip(a.box, b.box):
+        if _known(b1 <= b0):
+            return True  # b is empty
+        if not (_known(a0 <= b0) and _known(b1 <= a1)):
+            return False
+        if not (isinstance(sa, int) and sa == 1):
+            ints = all(isinstance(x, int) for x in (a0, b0, sa, sb))
+            if not (ints and sb % sa == 0 and (b0 - a0) % sa == 0):
+                return False
+    return True
 
 
 def _geometry(val: torch.Tensor) -> tuple:
@@ -115,18 +181,16 @@ def is_dense_root(val: torch.Tensor) -> bool:
 
 
 def same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return _same_root(
+    """Same size, stride, offset and element size (hence the same bytes)."""
+    return a.element_size() == b.element_size() and _same_root(
         (tuple(a.shape), tuple(a.stride()), a.storage_offset()),
         (tuple(b.shape), tuple(b.stride()), b.storage_offset()),
     )
 
 
 def region_of_storage(val: torch.Tensor) -> Region:
-    """The storage interval ``val`` spans (no per-dim box: its base is not known)."""
-    size, stride, off = tuple(val.shape), tuple(val.stride()), val.storage_offset()
-    if any(_known(s == 0) for s in size):
-        return Region(off, off)
-    return Region(off, off + span_extent(size, stride))
+    """The storage interval ``val`` spans, in bytes (no per-dim box: its base is not known)."""
+    return region_of_geometry(_geometry(val), (), False, itemsize=val.element_size())
 
 
 def tensors_may_overlap(a: torch.Tensor, b: torch.Tensor, root: torch.Tensor) -> bool:

@@ -1,11 +1,11 @@
 """View-chain inference: regenerate a view of a base tensor with standard view ops.
 
-This module owns the ``ViewChain`` data model (``Select`` / ``Slice`` / ``AsStrided`` steps), the
-inference of the cheapest chain that reproduces a view geometry *exactly* from its base geometry,
-and the HOP-kwargs wire format (``encode_chain`` / ``read_chain`` / ``decode_chain``).  It is pure
-arithmetic on sizes, strides and offsets (ints or ``torch.SymInt``): it must not import HOP,
-FX-graph or Inductor modules, and it never installs guards (only ``statically_known_true``
-decisions).
+This module owns the ``ViewChain`` data model (``Select`` / ``Slice`` / ``DtypeView`` /
+``AsStrided`` steps), the inference of the cheapest chain that reproduces a view geometry
+*exactly* from its base geometry (across dtypes too, in bytes), and the HOP-kwargs wire format
+(``encode_chain`` / ``read_chain`` / ``decode_chain``).  It is pure arithmetic on sizes, strides
+and offsets (ints or ``torch.SymInt``): it must not import HOP, FX-graph or Inductor modules, and
+it never installs guards (only ``statically_known_true`` decisions).
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ __all__ = [
     "Select",
     "Slice",
     "AsStrided",
+    "DtypeView",
     "Step",
     "ViewChain",
     "infer_view",
     "infer_view_of",
+    "infer_dtype_view",
+    "dtype_view_geometry",
     "encode_chain",
     "decode_chain",
     "read_chain",
@@ -74,7 +77,22 @@ class AsStrided:
         object.__setattr__(self, "stride", tuple(self.stride))
 
 
-Step = Select | Slice | AsStrided
+@dataclass(frozen=True)
+class DtypeView:
+    """``aten.view.dtype(t, dtype)``: the same bytes read as ``dtype``.
+
+    Note [Dtype views]
+    With the same element size the geometry is unchanged. Otherwise (ATen's rule) the last dim
+    must have stride 1 and is rescaled by the ratio of element sizes, as are the other strides
+    and the storage offset (a narrower dtype multiplies them, a wider one divides them, which must
+    be exact). Geometry is therefore measured in elements of the *current* dtype: a chain's
+    ``geometry`` needs the base's element size once a step changes it.
+    """
+
+    dtype: torch.dtype
+
+
+Step = Select | Slice | AsStrided | DtypeView
 
 
 class _Geom(NamedTuple):
@@ -136,6 +154,8 @@ def _slice_start_len(step: Slice, n: IntLike) -> tuple[IntLike, IntLike]:
 
 
 def _fmt_call(step: Step) -> str:
+    if isinstance(step, DtypeView):
+        return f"view({step.dtype})"
     if isinstance(step, Select):
         return f"select({step.dim}, {step.index})"
     if isinstance(step, Slice):
@@ -153,7 +173,8 @@ def _fmt_index(step: Select | Slice) -> str:
 
 def _render(steps: Sequence[Step]) -> str:
     """Merge runs of select/slice on distinct dims into one subscript; join runs with ' -> '."""
-    width = len(steps) + 1 + max((s.dim for s in steps if not isinstance(s, AsStrided)), default=0)
+    dims = (s.dim for s in steps if isinstance(s, (Select, Slice)))
+    width = len(steps) + 1 + max(dims, default=0)
     parts: list[str] = []
     entries: dict[int, str] = {}  # original dim (at the run's input) -> subscript entry
     alive: list[int] = list(range(width))  # current dim -> original dim
@@ -166,7 +187,7 @@ def _render(steps: Sequence[Step]) -> str:
         alive[:] = range(width)
 
     for step in steps:
-        if isinstance(step, AsStrided) or step.dim < 0:
+        if isinstance(step, (AsStrided, DtypeView)) or step.dim < 0:
             flush()
             parts.append(_fmt_call(step))
             continue
@@ -218,13 +239,19 @@ class ViewChain:
                 out = torch.ops.aten.select.int(out, step.dim, step.index)
             elif isinstance(step, Slice):
                 out = torch.ops.aten.slice.Tensor(out, step.dim, step.start, step.stop, step.step)
+            elif isinstance(step, DtypeView):
+                out = torch.ops.aten.view.dtype(out, step.dtype)
             else:
                 size, stride = list(step.size), list(step.stride)
                 out = torch.ops.aten.as_strided.default(out, size, stride, step.storage_offset)
         return out
 
     def geometry(
-        self, size: Sequence[IntLike], stride: Sequence[IntLike], storage_offset: IntLike
+        self,
+        size: Sequence[IntLike],
+        stride: Sequence[IntLike],
+        storage_offset: IntLike,
+        itemsize: int | None = None,
     ) -> tuple[tuple[IntLike, ...], tuple[IntLike, ...], IntLike]:
         """Pure arithmetic: the geometry obtained by applying the chain to a base geometry.
 
@@ -235,12 +262,30 @@ class ViewChain:
             size: Base sizes.
             stride: Base strides (elements).
             storage_offset: Base storage offset (elements).
+            itemsize: The base's element size in bytes; needed when the chain has a
+                ``DtypeView`` step (Note [Dtype views]).
 
         Returns:
-            ``(size, stride, storage_offset)`` of the resulting view.
+            ``(size, stride, storage_offset)`` of the resulting view, in elements of
+            ``self.dtype(base dtype)``.
+
+        Raises:
+            ValueError: If the chain has a ``DtypeView`` and ``itemsize`` is not given, or the
+                geometry does not allow that dtype view.
         """
         sizes, strides, offset = list(size), list(stride), storage_offset
         for step in self.steps:
+            if isinstance(step, DtypeView):
+                if itemsize is None:
+                    raise ValueError(f"{self}: the base's element size is needed")
+                geom = _rescale(
+                    _Geom(tuple(sizes), tuple(strides), offset), itemsize, step.dtype.itemsize
+                )
+                if geom is None:
+                    raise ValueError(f"{self}: view({step.dtype}) is not valid here")
+                sizes, strides, offset = list(geom.size), list(geom.stride), geom.offset
+                itemsize = step.dtype.itemsize
+                continue
             if isinstance(step, AsStrided):
                 sizes, strides = list(step.size), list(step.stride)
                 offset = step.storage_offset
@@ -255,8 +300,59 @@ class ViewChain:
                 sizes[dim], strides[dim] = length, strides[dim] * step.step
         return tuple(sizes), tuple(strides), offset
 
+    def dtype(self, base_dtype: torch.dtype) -> torch.dtype:
+        """The dtype of the view the chain makes from a base of ``base_dtype``."""
+        return next(
+            (s.dtype for s in reversed(self.steps) if isinstance(s, DtypeView)), base_dtype
+        )
+
     def __str__(self) -> str:
         return "alias" if not self.steps else _render(self.steps)
+
+
+def dtype_view_geometry(
+    size: Sequence[IntLike], stride: Sequence[IntLike], offset: IntLike, old: int, new: int
+) -> tuple[tuple, tuple, IntLike] | None:
+    """The geometry ``view(dtype)`` gives a tensor, in elements of ``new`` bytes.
+
+    Args:
+        size: Sizes of the tensor.
+        stride: Its strides, in elements of ``old`` bytes.
+        offset: Its storage offset, in elements of ``old`` bytes.
+        old: Its element size in bytes.
+        new: The element size of the dtype it is viewed as.
+
+    Returns:
+        ``(size, stride, offset)``, or ``None`` where ATen would refuse the dtype view or it
+        cannot be proven allowed without a guard (Note [Dtype views]).
+    """
+    geom = _rescale(_Geom(tuple(size), tuple(stride), offset), old, new)
+    return None if geom is None else tuple(geom)
+
+
+def _rescale(geom: "_Geom", old: int, new: int) -> "_Geom | None":
+    """``geom`` (in elements of ``old`` bytes) as seen by ``view(dtype)`` of ``new`` bytes, or
+    ``None`` where ATen would refuse it or it cannot be proven allowed (Note [Dtype views])."""
+    if old == new:
+        return geom
+    if not geom.size or not _known(geom.stride[-1] == 1):
+        return None
+    size, stride = list(geom.size), list(geom.stride)
+    if new < old:
+        if old % new:
+            return None
+        r = old // new
+        size[-1] = _simplify(size[-1] * r)
+        stride = [_simplify(s * r) for s in stride[:-1]] + [1]
+        return _Geom(tuple(size), tuple(stride), _simplify(geom.offset * r))
+    if new % old:
+        return None
+    r = new // old
+    if not all(_known(x % r == 0) for x in (size[-1], geom.offset, *stride[:-1])):
+        return None
+    size[-1] = _simplify(size[-1] // r)
+    stride = [_simplify(s // r) for s in stride[:-1]] + [1]
+    return _Geom(tuple(size), tuple(stride), _simplify(geom.offset // r))
 
 
 # --------------------------------------------------------------------------------------------
@@ -514,6 +610,9 @@ def infer_view(
 def infer_view_of(base: torch.Tensor, view: torch.Tensor) -> ViewChain:
     """``infer_view`` on two tensors; ``view`` must share ``base``'s storage.
 
+    When the dtypes differ the chain contains a ``DtypeView`` (Note [Dtype views]): see
+    ``infer_dtype_view``.
+
     Args:
         base: The base tensor (real or fake).
         view: A tensor aliasing ``base``'s storage.
@@ -521,10 +620,68 @@ def infer_view_of(base: torch.Tensor, view: torch.Tensor) -> ViewChain:
     Returns:
         The chain regenerating ``view`` from ``base``.
     """
+    if view.dtype != base.dtype:
+        return infer_dtype_view(
+            (tuple(base.size()), tuple(base.stride()), base.storage_offset()),
+            base.dtype,
+            (tuple(view.size()), tuple(view.stride()), view.storage_offset()),
+            view.dtype,
+        )
     return infer_view(
         base.size(), base.stride(), base.storage_offset(),
         view.size(), view.stride(), view.storage_offset(),
     )  # fmt: skip
+
+
+def infer_dtype_view(
+    base: tuple, base_dtype: torch.dtype, view: tuple, view_dtype: torch.dtype
+) -> ViewChain:
+    """The chain regenerating a view of another dtype: select/slice steps and one ``DtypeView``.
+
+    Reasons in bytes (Note [Dtype views]): the ``DtypeView`` goes last when the view's geometry,
+    rescaled to the base's element size, is a select/slice view of the base
+    (``kv[l, 0].view(torch.float8_e4m3fn)``), else first when the base itself allows the dtype
+    view (``x.view(torch.int32)[:, 2:]``). Only when neither order has a select/slice chain is an
+    ``AsStrided`` used, in the base's elements and before the ``DtypeView``.
+
+    Args:
+        base: ``(size, stride, storage_offset)`` of the base, in its elements.
+        base_dtype: The base's dtype.
+        view: ``(size, stride, storage_offset)`` of the view, in its elements.
+        view_dtype: The view's dtype.
+
+    Returns:
+        The chain; it reproduces the view's geometry exactly.
+
+    Raises:
+        ValueError: If no dtype view of the base or of a view of it in the base's dtype has the
+            view's geometry.
+    """
+    b, v = _Geom(*map(_norm, base)), _Geom(*map(_norm, view))
+    eb, ev = base_dtype.itemsize, view_dtype.itemsize
+    step = DtypeView(view_dtype)
+    candidates = []
+    mid = _rescale(v, ev, eb)  # the view in the base's elements: a view of the base, then step
+    if mid is not None:
+        candidates.append(ViewChain((*infer_view(*b, *mid).steps, step)))
+    first = _rescale(b, eb, ev)  # the base in the view's elements: step, then a view of it
+    if first is not None:
+        candidates.append(ViewChain((step, *infer_view(*first, *v).steps)))
+    candidates.sort(key=lambda c: (c.uses_as_strided, len(c.steps)))
+    for chain in candidates:
+        try:
+            ok = _same_geometry(_Geom(*chain.geometry(*b, itemsize=eb)), v)
+        except ValueError:
+            ok = False
+        if ok and not (chain.uses_as_strided and isinstance(chain.steps[0], DtypeView)):
+            return chain  # (an AsStrided after the DtypeView would be in the view's elements)
+    raise ValueError(
+        f"no view of a {base_dtype} base {tuple(b)} read as {view_dtype} has geometry {tuple(v)}"
+    )
+
+
+def _norm(x):
+    return tuple(x) if isinstance(x, (list, tuple, torch.Size)) else x
 
 
 # --------------------------------------------------------------------------------------------
@@ -544,6 +701,7 @@ _TAG_OF = {
     Select: 0,  # (0, dim, index)
     Slice: 1,  # (1, dim, start, stop, step)
     AsStrided: 2,  # (2, ndim, *size, *stride, storage_offset)
+    DtypeView: 3,  # (3, dtype code): see _WIRE_DTYPES
 }
 
 
@@ -555,12 +713,15 @@ def encode_chain(chain: ViewChain) -> tuple:
 
     Returns:
         ``(number of steps, *steps)``, each step its tag then its fields: ``x[3, 2:5]`` is
-        ``(2, 0, 0, 3, 1, 1, 2, 5, 1)``; an alias is ``(0,)``.
+        ``(2, 0, 0, 3, 1, 1, 2, 5, 1)``; an alias is ``(0,)``. A ``DtypeView`` is its tag and
+        the dtype's index in ``_WIRE_DTYPES``: ``.view(torch.float8_e4m3fn)`` is ``(3, 23)``.
     """
     wire: list = [len(chain.steps)]
     for step in chain.steps:
         wire.append(_TAG_OF[type(step)])
-        if isinstance(step, Select):
+        if isinstance(step, DtypeView):
+            wire.append(_dtype_code(step.dtype))
+        elif isinstance(step, Select):
             wire += [step.dim, step.index]
         elif isinstance(step, Slice):
             wire += [step.dim, step.start, step.stop, step.step]
@@ -594,6 +755,9 @@ def read_chain(wire: Sequence, pos: int = 0) -> tuple[ViewChain, int]:
             elif tag == _TAG_OF[Slice]:
                 steps.append(Slice(*wire[pos : pos + 4]))
                 pos += 4
+            elif tag == _TAG_OF[DtypeView]:
+                steps.append(DtypeView(_dtype_of_code(wire[pos])))
+                pos += 1
             elif tag == _TAG_OF[AsStrided]:
                 ndim, pos = wire[pos], pos + 1
                 size, stride = wire[pos : pos + ndim], wire[pos + ndim : pos + 2 * ndim]
@@ -622,3 +786,32 @@ def decode_chain(wire: Sequence) -> ViewChain:
     if end != len(wire):
         raise ValueError(f"trailing values after a view chain: {wire!r}")
     return chain
+
+
+# The dtypes a ``DtypeView`` can name on the wire, by index. Append only: an index, once given,
+# names its dtype in every saved program.
+_WIRE_DTYPES: tuple[str, ...] = (
+    "float32", "float64", "float16", "bfloat16", "complex64", "complex128",
+    "uint8", "int8", "int16", "int32", "int64", "bool",
+    "uint16", "uint32", "uint64", "complex32",
+    "qint8", "quint8", "qint32", "quint4x2", "quint2x4",
+    "float8_e5m2", "float8_e5m2fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+    "float8_e8m0fnu", "float4_e2m1fn_x2", "bits8", "bits16",
+)
+
+
+def _dtype_code(dtype: torch.dtype) -> int:
+    """``torch.float8_e4m3fn`` -> its index in ``_WIRE_DTYPES``."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in _WIRE_DTYPES:
+        raise ValueError(f"view(dtype) to {dtype} has no wire code")
+    return _WIRE_DTYPES.index(name)
+
+
+def _dtype_of_code(code: Any) -> torch.dtype:
+    """Inverse of ``_dtype_code``; ``ValueError`` when the code names no dtype of this torch."""
+    name = _WIRE_DTYPES[code] if isinstance(code, int) and 0 <= code < len(_WIRE_DTYPES) else None
+    dtype = getattr(torch, name, None) if name else None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype code {code!r} in a view chain")
+    return dtype

@@ -11,12 +11,14 @@ from hypothesis import strategies as st
 
 from autofunc.views import (
     AsStrided,
+    DtypeView,
     Select,
     Slice,
     ViewChain,
     decode_chain,
     encode_chain,
     infer_view,
+    infer_dtype_view,
     infer_view_of,
     read_chain,
 )
@@ -361,3 +363,162 @@ def test_property_any_view_is_exact(base: torch.Tensor, data) -> None:
         view = view if nxt is None else nxt
     chain = _check(base, view)
     assert len(chain.steps) <= base.dim() or chain.uses_as_strided
+
+
+# --------------------------------------------------------------------------------------------
+# Dtype views (Note [Dtype views])
+# --------------------------------------------------------------------------------------------
+
+F8 = torch.float8_e4m3fn
+
+
+def _dgeom(t: torch.Tensor) -> tuple:
+    return (*_geom(t), t.dtype)
+
+
+def _check_dtype(base: torch.Tensor, view: torch.Tensor) -> ViewChain:
+    chain = infer_view_of(base, view)
+    regen = chain.apply(base)
+    assert _dgeom(regen) == _dgeom(view)
+    assert regen.untyped_storage().data_ptr() == view.untyped_storage().data_ptr()
+    assert chain.geometry(*_geom(base), itemsize=base.element_size()) == _geom(view)
+    assert chain.dtype(base.dtype) == view.dtype
+    assert decode_chain(encode_chain(chain)) == chain
+    return chain
+
+
+def _u8(*shape: int) -> torch.Tensor:
+    return torch.zeros(*shape, dtype=torch.uint8)
+
+
+DTYPE_CASES = {
+    "kv[l, 0].view(fp8)": (
+        lambda: _u8(3, 2, 8),
+        lambda kv: kv[1, 0].view(F8),
+        (Select(0, 1), Select(0, 0), DtypeView(F8)),
+    ),
+    "kv.view(fp8)": (lambda: _u8(3, 2, 8), lambda kv: kv.view(F8), (DtypeView(F8),)),
+    "kv.view(int32)[:, :, 1:]": (
+        lambda: _u8(3, 2, 8),
+        lambda kv: kv.view(torch.int32)[:, :, 1:],
+        (Slice(2, 4, 8), DtypeView(torch.int32)),
+    ),
+    "x.view(int32)[:, 2:]": (
+        lambda: torch.zeros(4, 8),
+        lambda x: x.view(torch.int32)[:, 2:],
+        (Slice(1, 2, 8), DtypeView(torch.int32)),
+    ),
+    "x[1].view(uint8)[4:12]": (
+        lambda: torch.zeros(4, 8),
+        lambda x: x[1].view(torch.uint8)[4:12],
+        (Select(0, 1), Slice(0, 1, 3), DtypeView(torch.uint8)),
+    ),
+    "x.view(uint8)[:, 1::4]": (
+        lambda: torch.zeros(4, 8),
+        lambda x: x.view(torch.uint8)[:, 1::4],
+        (DtypeView(torch.uint8), Slice(1, 1, 32, 4)),
+    ),
+    "x[:, 2:].view(float64)[1:]": (
+        lambda: torch.zeros(4, 8),
+        lambda x: x[:, 2:].view(torch.float64)[1:],
+        (Slice(0, 1, 4), Slice(1, 2, 8), DtypeView(torch.float64)),
+    ),
+    "x.view(float32), same dtype": (lambda: torch.zeros(4, 8), lambda x: x.view(torch.float32), ()),
+}
+
+
+@pytest.mark.parametrize("name", list(DTYPE_CASES))
+def test_dtype_table(name: str) -> None:
+    make, view_of, steps = DTYPE_CASES[name]
+    base = make()
+    chain = _check_dtype(base, view_of(base))
+    assert chain.steps == steps
+    assert not chain.uses_as_strided
+
+
+def test_dtype_view_wire_and_str() -> None:
+    chain = ViewChain((Select(0, 1), Select(0, 0), DtypeView(F8)))
+    # Three steps: select(0, 1), select(0, 0), then the dtype view (tag 3, float8_e4m3fn = 23).
+    assert encode_chain(chain) == (3, 0, 0, 1, 0, 0, 0, 3, 23)
+    assert decode_chain([1, 3, 23]) == ViewChain((DtypeView(F8),))
+    assert decode_chain(list(encode_chain(chain))) == chain
+    assert str(chain) == "[1, 0] -> view(torch.float8_e4m3fn)"
+    with pytest.raises(ValueError, match="unknown dtype code"):
+        decode_chain([1, 3, 999])
+
+
+def test_dtype_view_geometry_needs_the_itemsize() -> None:
+    chain = ViewChain((DtypeView(torch.int32),))
+    with pytest.raises(ValueError, match="element size"):
+        chain.geometry((4, 8), (8, 1), 0)
+    assert chain.geometry((4, 8), (8, 1), 4, itemsize=1) == ((4, 2), (2, 1), 1)
+    # the same element size leaves the geometry unchanged
+    assert ViewChain((DtypeView(F8),)).geometry((4, 8), (8, 1), 8, 1) == ((4, 8), (8, 1), 8)
+
+
+def test_dtype_view_symint_no_guards() -> None:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    n = env.create_unbacked_symint()
+    torch._check(n >= 1)
+    before = len(env.guards)
+    # kv: (2, n) uint8, view kv[1].view(fp8): offset n
+    chain = infer_dtype_view(((2, n), (n, 1), 0), torch.uint8, ((n,), (1,), n), F8)
+    assert chain.steps == (Select(0, 1), DtypeView(F8))
+    assert len(env.guards) == before
+
+
+@st.composite
+def _dtypes(draw):
+    return draw(st.sampled_from([torch.uint8, torch.int16, torch.int32, torch.float64, F8]))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(base=_bases(), dtype=_dtypes(), data=st.data())
+def test_property_dtype_view_chains(base: torch.Tensor, dtype, data) -> None:
+    # select/slice, then view(dtype), then select/slice: exact, without as_strided, whenever
+    # the dtype view comes first or last (a dtype view in the middle may need as_strided)
+    pre, post = data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))
+    view = base
+    for _ in range(pre):
+        nxt = _random_op(data, view, weird=False)
+        view = view if nxt is None else nxt
+    try:
+        view = view.view(dtype)
+    except RuntimeError:
+        return  # ATen refuses this dtype view (last stride, alignment)
+    for _ in range(post):
+        nxt = _random_op(data, view, weird=False)
+        view = view if nxt is None else nxt
+    first_or_last = post == 0 or pre == 0
+    try:
+        chain = _check_dtype(base, view)
+    except ValueError:
+        assert not first_or_last, (_geom(base), _dgeom(view))
+        return
+    if first_or_last and view.numel() > 0:
+        assert not chain.uses_as_strided, (str(chain), _geom(base), _dgeom(view))
+
+
+def test_regions_are_in_bytes_across_dtypes() -> None:
+    from autofunc.regions import contains, overlaps, region_of
+
+    kv = _u8(2, 2, 16)
+    r = lambda t: region_of(t, kv)  # noqa: E731
+    layer0, layer1 = r(kv[0].view(F8)), r(kv[1])
+    assert not overlaps(layer0, layer1) and overlaps(layer0, r(kv[0, 1]))
+    assert contains(r(kv[0]), r(kv[0, 1].view(F8))) and not contains(r(kv[0, 1]), r(kv[0]))
+    assert (layer1.lo, layer1.hi) == (32, 64)
+    # a wider view: int32 columns of a uint8 root keep their box (interleaved, disjoint)
+    x = _u8(4, 16)
+    col0, col1 = (region_of(x.view(torch.int32)[:, i], x) for i in (0, 1))
+    assert col0.box is not None and not overlaps(col0, col1)
+    assert overlaps(col0, region_of(x[:, 3], x)) and not overlaps(col0, region_of(x[:, 4], x))
+    # a narrower view: bytes of float32 columns
+    y = torch.zeros(4, 8)
+    b1 = region_of(y.view(torch.uint8)[:, 4:8], y)
+    assert contains(region_of(y[:, 1], y), b1) and not overlaps(b1, region_of(y[:, 2], y))
+    # a misaligned byte range keeps only its interval (never a widened box)
+    odd = region_of(y.view(torch.uint8)[:, 5:7], y)
+    assert odd.box is None and overlaps(odd, region_of(y[:, 1], y))

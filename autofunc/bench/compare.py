@@ -7,6 +7,8 @@ a worker subprocess, so a configuration that crashes the process (the built-in v
 recorded as a crash for that program and the sweep goes on.
 
     python -m autofunc.bench.compare [--programs a,b] [--configs ...] [--json PATH]
+
+It exits with status 1 when the bytes gate (``bytes_gate``) fails.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from . import corpus
 from .measure import measure_memory
 
-__all__ = ["CONFIGS", "Row", "run_program", "compare", "format_table"]
+__all__ = ["CONFIGS", "Row", "run_program", "compare", "format_table", "bytes_gate"]
 
 # name -> (autofunc strategy or None for PyTorch's handling, inductor's enable_auto_functionalized_v2)
 CONFIGS = {
@@ -186,6 +188,39 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def bytes_gate(rows: list[Row]) -> list[str]:
+    """The bytes gate: one line per program on which autofunc v2 allocates more than it may.
+
+    That is more than the built-in v2 where the built-in is right (correct, no error), or more
+    than the program's ``necessary_bytes`` where the corpus states them. Programs without an
+    autofunc v2 measurement are not judged here.
+    """
+    by = {(r.program, r.config): r for r in rows}
+    failures = []
+    for (name, config), ours in by.items():
+        if config != "autofunc_v2" or ours.error or ours.allocated is None:
+            continue
+        builtin = by.get((name, "builtin_v2"))
+        if (
+            builtin is not None
+            and builtin.correct
+            and not builtin.error
+            and builtin.allocated is not None
+            and ours.allocated > builtin.allocated
+        ):
+            failures.append(
+                f"{name}: autofunc v2 allocates {ours.allocated} B, "
+                f"the (correct) built-in v2 {builtin.allocated} B"
+            )
+        program = corpus.PROGRAMS.get(name)
+        need = None if program is None else program.necessary_bytes
+        if need is not None and ours.allocated > need:
+            failures.append(
+                f"{name}: autofunc v2 allocates {ours.allocated} B, the program needs {need} B"
+            )
+    return failures
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", default="")
@@ -199,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = compare(programs, args.configs.split(","))
     print(format_table(rows))
+    failures = bytes_gate(rows)
+    for line in failures:
+        print(f"[bytes gate] FAIL {line}")
     if args.json:
         from .env import environment
 
@@ -206,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(
                 {"env": environment(), "rows": [dataclasses.asdict(r) for r in rows]}, f, indent=1
             )
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -76,6 +76,20 @@ def write_rows(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor) -> 
     cache.index_copy_(0, index, rows)
 
 
+@torch.library.custom_op(f"{_NS}::write_rows_fp8", mutates_args={"cache"})
+def write_rows_fp8(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor) -> None:
+    """cache[index] = rows as fp8 (``cache`` is an fp8 view of a ``uint8`` KV cache; the bytes
+    are written through ``uint8``, as CPU kernels for fp8 are few)"""
+    fp8 = rows.to(cache.dtype).view(torch.uint8)
+    cache.view(torch.uint8).index_copy_(0, index, fp8)
+
+
+@torch.library.custom_op(f"{_NS}::update_stats", mutates_args={"running"})
+def update_stats(running: torch.Tensor, x: torch.Tensor) -> None:
+    """running = 0.9 * running + 0.1 * x.mean(0) (BatchNorm-style running statistics)"""
+    running.mul_(0.9).add_(x.mean(0) * 0.1)
+
+
 _lib = torch.library.Library(_NS, "FRAGMENT")
 _lib.define("bump(Tensor(a!) x) -> ()")
 _lib.define("bump.by(Tensor(a!) x, float by) -> ()")
@@ -98,7 +112,17 @@ scale_into = torch.ops.autofunc_corpus.scale_into
 for _name in ("bump", "bump.by", "scale_into"):
     torch.library.register_fake(f"{_NS}::{_name}", lambda *a, **k: None, lib=_lib)
 
-OPS = (add_, add_opt, add_list, add_and_sum, two, copy_into, write_rows)
+OPS = (
+    add_,
+    add_opt,
+    add_list,
+    add_and_sum,
+    two,
+    copy_into,
+    write_rows,
+    write_rows_fp8,
+    update_stats,
+)
 OP_NAMES = tuple(op._qualname for op in OPS) + (f"{_NS}::bump", f"{_NS}::scale_into")
 
 
@@ -123,6 +147,9 @@ class Program:
     fn: Callable
     make_inputs: Callable[[], tuple]
     note: str = ""
+    # Upper bound on the bytes a call needs (outputs and temporaries; no clone of a buffer the
+    # op writes), where stated: the comparison fails autofunc v2 above it.
+    necessary_bytes: int | None = None
 
     def inputs(self) -> tuple:
         torch.manual_seed(0)
@@ -132,9 +159,11 @@ class Program:
 PROGRAMS: dict[str, Program] = {}
 
 
-def program(make_inputs: Callable[[], tuple], note: str = "") -> Callable:
+def program(
+    make_inputs: Callable[[], tuple], note: str = "", necessary_bytes: int | None = None
+) -> Callable:
     def deco(fn: Callable) -> Callable:
-        PROGRAMS[fn.__name__] = Program(fn.__name__, fn, make_inputs, note)
+        PROGRAMS[fn.__name__] = Program(fn.__name__, fn, make_inputs, note, necessary_bytes)
         return fn
 
     return deco
@@ -298,3 +327,115 @@ def kv_reordered_read(kv, rows, index):
         if layer > 0:
             outs.append(kv[layer - 1, 0].sum())
     return torch.stack(outs)
+
+
+# -- dtype views (Note [Dtype views]): an fp8 KV cache kept as uint8 storage, as in vLLM ---------
+
+_FP8 = getattr(torch, "float8_e4m3fn", None)
+
+
+def _kv_u8_inputs(layers: int = 2, slots: int = 4096, width: int = 16):
+    """A ``uint8`` cache of 2 layers x (K, V) x 4096 slots x 16 bytes (256 KiB), rows to write."""
+    kv = torch.zeros(layers, 2, slots, width, dtype=torch.uint8)
+    rows = torch.randn(layers, 2, width)
+    index = torch.tensor([1, 5])
+    return kv, rows, index
+
+
+@program(
+    _kv_u8_inputs,
+    "fp8 KV cache: write kv[l, 0].view(fp8), kv[l, 1].view(fp8) of a uint8 cache, per layer",
+    necessary_bytes=4096,  # the fp8 rows and a few scalars; one layer's K is 64 KiB
+)
+def kv_fp8_layers(kv, rows, index):
+    h = rows[0].sum()
+    for layer in range(kv.shape[0]):
+        write_rows_fp8(kv[layer, 0].view(_FP8), rows[layer] + h, index)
+        write_rows_fp8(kv[layer, 1].view(_FP8), rows[layer] * 2, index)
+        h = h + kv[layer, 0].sum()
+    return h
+
+
+@program(
+    _kv_u8_inputs,
+    "fp8 KV cache: write the whole layer kv[l].view(fp8), read the previous layer afterwards",
+    necessary_bytes=4096,
+)
+def kv_fp8_whole_layer(kv, rows, index):
+    outs = []
+    for layer in range(kv.shape[0]):
+        write_rows_fp8(kv[layer].view(_FP8)[0], rows[layer], index)
+        if layer > 0:
+            outs.append(kv[layer - 1].sum())
+    return torch.stack(outs)
+
+
+@program(
+    lambda: (torch.zeros(2, 256, 1024), torch.randn(4, 1024)),
+    "a same-dtype view: write cache[1].view(torch.float32) of a float32 cache",
+    necessary_bytes=4096,  # the sum; the cache's layer is 1 MiB
+)
+def cache_same_dtype_view(cache, rows):
+    write_rows(cache[1].view(torch.float32), rows, torch.tensor([0, 7, 9, 200]))
+    return rows.sum()
+
+
+# -- clones PyTorch's built-in re-inplacing was reported to remove (issue 9, item 2) -------------
+
+
+def _bn_inputs():
+    return (
+        torch.randn(64, 256, requires_grad=True),
+        torch.randn(256, requires_grad=True),
+        torch.zeros(256),
+    )
+
+
+@program(_bn_inputs, "training graph: a BatchNorm-style running mean updated by a custom op")
+def bn_running_stats(x, w, running):
+    y = x * w
+    update_stats(running, y.detach())
+    return (y * 2).sum()
+
+
+def _nested_region(fn: Callable) -> Callable:
+    region = getattr(torch.compiler, "nested_compile_region", None)
+    return fn if region is None else region(fn)
+
+
+@_nested_region
+def _add_row_region(buf, y):
+    add_(buf[1], y)
+    return buf[0] * 2
+
+
+@program(
+    lambda: (torch.randn(64, 256), torch.randn(256)),
+    "nested_compile_region around a function that mutates a row of an intermediate",
+)
+def nested_region_row(x, y):
+    buf = x + 1
+    out = _add_row_region(buf, y)
+    return out, buf[1] + 1
+
+
+@program(
+    lambda: (torch.randn(64, 256), torch.randn(256)),
+    "reads of the base through other views before and after the op",
+)
+def views_around(x, y):
+    buf = x * 1
+    before = buf[0] + buf[1]
+    add_(buf[1], y)
+    after = buf[1] * buf[2]
+    return before, after
+
+
+@program(
+    lambda: (torch.randn(64, 256, requires_grad=True), torch.randn(64, 256), torch.randn(256)),
+    "a clone the program makes, mutates and saves for backward",
+)
+def clone_saved(x, y, z):
+    buf = y.clone()
+    add_(buf, z)
+    return (x * buf).sum()

@@ -25,15 +25,24 @@ import torch
 import torch.fx as fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from ..regions import Region, is_dense_root, overlaps, region_of, region_of_geometry, same_geometry
+from ..regions import (
+    Region,
+    contains,
+    is_dense_root,
+    overlaps,
+    region_of,
+    region_of_geometry,
+    same_geometry,
+)
 
-__all__ = ["AliasAnalysis", "VIEW_OPS"]
+__all__ = ["AliasAnalysis", "VIEW_OPS", "SCATTER_VIEWS"]
 
 # Ops whose output aliases their first input and which read nothing themselves.
 VIEW_OPS = frozenset(
     {
         torch.ops.aten.alias.default,
         torch.ops.aten.as_strided.default,
+        torch.ops.aten.detach.default,
         torch.ops.aten.diagonal.default,
         torch.ops.aten.expand.default,
         torch.ops.aten.permute.default,
@@ -50,11 +59,21 @@ VIEW_OPS = frozenset(
         torch.ops.aten.unfold.default,
         torch.ops.aten.unsqueeze.default,
         torch.ops.aten.view.default,
+        torch.ops.aten.view.dtype,  # the same bytes as another dtype (Note [Dtype views])
         torch.ops.aten._reshape_alias.default,
         torch.ops.aten._unsafe_view.default,
         operator.getitem,  # of a split/unbind result (a tuple of views)
     }
 )
+
+# Scatter -> the view op selecting the part of its first input that it replaces. A scatter reads
+# its first input everywhere except there (Note [Scatters read around what they replace]).
+SCATTER_VIEWS = {
+    torch.ops.aten.select_scatter.default: torch.ops.aten.select.int,
+    torch.ops.aten.slice_scatter.default: torch.ops.aten.slice.Tensor,
+    torch.ops.aten.diagonal_scatter.default: torch.ops.aten.diagonal.default,
+    torch.ops.aten.as_strided_scatter.default: torch.ops.aten.as_strided.default,
+}
 
 # In-place ops that only write their first argument (the epilogue of a functional graph).
 _OVERWRITE_OPS = frozenset({torch.ops.aten.copy_.default})
@@ -67,6 +86,8 @@ class _Read:
     arg: fx.Node  # what it reads (a view or the version's root)
     coarse: bool = False  # the region is not known in this version's coordinates
     live_until: int = 0  # position of the reader's last user (graph outputs: the output node)
+    masked: bool = False  # a scatter reading its first input: not the part it replaces
+    dead: bool = False  # the reader was removed from the graph (``forget``)
 
 
 class AliasAnalysis:
@@ -86,6 +107,8 @@ class AliasAnalysis:
         self.reads: dict[Any, list[_Read]] = {}
         self._parent: dict[Any, Any] = {}  # union-find over versions
         self._regions: dict[fx.Node, Region] = {}  # memo of region()
+        self._masks: dict[fx.Node, Region | None] = {}  # scatter -> the region it replaces
+        self._reads_by: dict[fx.Node, list[_Read]] = {}  # reader -> its reads
         self._members: dict[Any, list[Any]] = {}
         self._cursor: dict[Any, int] = {}
         # Versions merged from a base whose geometry differs from its version's root: their
@@ -159,7 +182,10 @@ class AliasAnalysis:
             root, src_root = self.root[key], self.root[self.version[src]]
             coarse = not same_geometry(root.meta["val"], src_root.meta["val"])
             key = self.version[src]
-        self.reads[key].append(_Read(pos, node, arg, coarse))
+        masked = not copies and node.target in SCATTER_VIEWS and node.args[0] is arg
+        read = _Read(pos, node, arg, coarse, masked=masked)
+        self.reads[key].append(read)
+        self._reads_by.setdefault(node, []).append(read)
 
     def _read_region(self, read: _Read) -> Region:
         """Regions are computed on first use: most reads are never queried."""
@@ -170,6 +196,43 @@ class AliasAnalysis:
             region = self._regions[read.arg] = self.region(read.arg)
         return region
 
+    def _mask(self, read: _Read) -> Region | None:
+        """The region of its first input that a scatter replaces (``None``: unknown)."""
+        node = read.node
+        if node not in self._masks:
+            try:
+                val = SCATTER_VIEWS[node.target](
+                    read.arg.meta["val"], *node.args[2:], **node.kwargs
+                )
+                root = self.root[self.version[read.arg]].meta["val"]
+                self._masks[node] = region_of(val, root)
+            except Exception:  # an unexpected signature: the scatter reads everything
+                self._masks[node] = None
+        return self._masks[node]
+
+    def _hits(self, key: Any, read: _Read, written: list[Region]) -> bool:
+        """Whether ``read`` (of version ``key``) may read an element of ``written``.
+
+        Note [Scatters read around what they replace]
+        ``select_scatter(x, src, 0, l)`` reads ``x`` everywhere but ``x[l]``: a write into
+        ``x[l]`` does not change its result, so it is no reader of that old value. This is how
+        the write-back of a view whose base is unknown (a dtype view has no ``_base``) reads.
+        """
+        if read.dead:
+            return False
+        if key in self._coarse:
+            return True
+        region = self._read_region(read)
+        mask = self._mask(read) if read.masked else None
+        return any(
+            overlaps(region, w) and not (mask is not None and contains(mask, w)) for w in written
+        )
+
+    def forget(self, node: fx.Node) -> None:
+        """``node`` was removed from the graph: its reads no longer happen."""
+        for r in self._reads_by.pop(node, ()):
+            r.dead = True
+
     # -- queries --------------------------------------------------------------------------
 
     def region(self, node: fx.Node) -> Region:
@@ -177,12 +240,19 @@ class AliasAnalysis:
         root = self.root[self.version[node]]
         return region_of(node.meta["val"], root.meta["val"])
 
-    def region_of_geometry(self, node: fx.Node, geom: tuple) -> Region:
+    def region_of_geometry(
+        self, node: fx.Node, geom: tuple, itemsize: int | None = None
+    ) -> Region:
         """The region a view of ``node``'s value with geometry ``(size, stride, offset)`` covers
-        in ``node``'s version."""
+        in ``node``'s version; ``geom`` is in elements of ``itemsize`` bytes (default: those of
+        ``node``'s dtype; another size for a dtype view of it)."""
         root = self.root[self.version[node]].meta["val"]
         root_geom = (tuple(root.shape), tuple(root.stride()), root.storage_offset())
-        return region_of_geometry(geom, root_geom, is_dense_root(root))
+        if itemsize is None:
+            itemsize = node.meta["val"].element_size()
+        return region_of_geometry(
+            geom, root_geom, is_dense_root(root), itemsize, root.element_size()
+        )
 
     def memory_class(self, key: Any) -> Any:
         while self._parent[key] is not key:
@@ -247,7 +317,7 @@ class AliasAnalysis:
             self._pending_cursor[key] = i
             pending[:] = [r for r in pending if r.live_until > pos]
             for r in pending:
-                if key in self._coarse or any(overlaps(self._read_region(r), w) for w in written):
+                if self._hits(key, r, written):
                     return r.node
         return None
 
@@ -269,10 +339,9 @@ class AliasAnalysis:
             if start < len(reads) and reads[start].pos <= pos:
                 start = bisect.bisect_right(reads, pos, lo=start, key=lambda r: r.pos)
                 self._cursor[key] = start
-            coarse = key in self._coarse
             for i in range(start, len(reads)):
                 read = reads[i]
-                if coarse or any(overlaps(self._read_region(read), w) for w in written):
+                if self._hits(key, read, written):
                     if hit is None or read.pos < hit.pos:
                         hit = read
                     break

@@ -143,6 +143,8 @@ def emit_view(ctx: Any, base: fx.Node, chain: views.ViewChain) -> fx.Node:
             node = emit(ctx, _aten.select.int, (node, step.dim, step.index))
         elif isinstance(step, views.Slice):
             node = emit(ctx, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step))
+        elif isinstance(step, views.DtypeView):
+            node = emit(ctx, _aten.view.dtype, (node, step.dtype))
         else:
             node = emit_as_strided(ctx, node, step.size, step.stride, step.storage_offset)
     return node

@@ -23,7 +23,7 @@ from ..hops.common import unpack_outputs
 from ..hops.v1 import auto_functionalized_v1, mutable_slots
 from ..hops.v2 import Distinct, _rebase, auto_functionalized_v2, decode_views
 from ..schema import ArgKind, OpInfo, op_info, resolve
-from .alias import AliasAnalysis
+from .alias import SCATTER_VIEWS, VIEW_OPS, AliasAnalysis
 from .emit import (
     NO_VAL,
     emit,
@@ -177,8 +177,13 @@ def _written(analysis: AliasAnalysis, buf: _Buffer) -> list[Region]:
     if buf.written is None:
         val = buf.node.meta["val"]
         geom = (tuple(val.shape), tuple(val.stride()), val.storage_offset())
+        itemsize = val.element_size()
         buf.written = [
-            analysis.region_of_geometry(buf.node, _rebase(_values(c), geom[2]).geometry(*geom))
+            analysis.region_of_geometry(
+                buf.node,
+                _rebase(_values(c), geom[2]).geometry(*geom, itemsize=itemsize),
+                c.dtype(val.dtype).itemsize,  # Note [Dtype views]: regions are in bytes
+            )
             for c in buf.chains
         ]
     return buf.written
@@ -221,9 +226,11 @@ def _decide(
     for arg in _other_tensor_args(node, info):
         if analysis.may_overlap(arg, [analysis.region(arg)], buf.node, written):
             return Reason.READ_BY_CALL, arg.name
-    if root.op == "placeholder":
-        if buf.node is not root:
-            return Reason.VIEW_OF_INPUT, root.name
+    if root.op == "placeholder" and buf.node is not root:
+        reason = _view_of_input(ctx, node, buf, root)
+        if reason is not None:
+            return reason, root.name
+    elif root.op == "placeholder":
         final = ctx.finals.get((node, buf.out_index))
         copy = ctx.epilogue.get(root)
         if copy is None or copy.args[1] is not final:
@@ -241,6 +248,162 @@ def _decide(
     if reader is not None:
         return Reason.READ_LATER, f"by {reader.name}"
     return Reason.INPLACE, ""
+
+
+def _view_of_input(ctx: _Pass, node: fx.Node, buf: _Buffer, root: fx.Node) -> Reason | None:
+    """Why a buffer that is a view of graph input ``root`` must be cloned, or ``None``.
+
+    Note [Views of graph inputs]
+    A mutated view whose base the HOP could not see (a dtype view has no ``_base``:
+    ``kv[l].view(torch.float8_e4m3fn)``) is the HOP's buffer itself; the functional program
+    scatters its new value back into the input, and the graph copies that back into the input.
+    Writing the view in place writes the input before that copy-back, which is sound when the
+    copy-back exists (else the input must keep its old value): the scatters read around what
+    they replace (Note [Scatters read around what they replace]), every other later read of the
+    old input is checked like any other buffer's, and each scatter of the written view into
+    itself is then removed (``_fold_scatters``). Under Inductor every such scatter must fold
+    (Inductor cannot lower a scatter of a dtype view of an input's view). In a training graph
+    that value must not also be an output (rule 4 of ``reinplace``).
+    """
+    copy = ctx.epilogue.get(root)
+    if copy is None or not _is_view_chain(buf.node, root):
+        return Reason.VIEW_OF_INPUT
+    out = next((u for u in node.users if u.args[1] == buf.out_index), None)
+    if ctx.for_inductor and out is not None and not _all_scatters_fold(ctx.analysis, out, buf.node):
+        return Reason.VIEW_OF_INPUT
+    if ctx.training and any(
+        ctx.analysis.same_memory(o, root) or ctx.analysis.same_memory(o, copy.args[1])
+        for o in ctx.outputs
+    ):
+        return Reason.SAVED_OUTPUT
+    return None
+
+
+def _is_view_chain(node: fx.Node, root: fx.Node) -> bool:
+    """Whether ``node`` is ``root`` through view ops only."""
+    while node is not root:
+        if node.op != "call_function" or node.target not in VIEW_OPS or not node.args:
+            return False
+        node = node.args[0]
+    return True
+
+
+# Views that keep the bytes and the geometry (up to the element size).
+_SAME_BYTES = frozenset({_aten.view.dtype, _aten.alias.default, _aten.detach.default})
+
+
+def _strip_dtype_views(node: Any) -> Any:
+    while isinstance(node, fx.Node) and node.target in _SAME_BYTES:
+        node = node.args[0]
+    return node
+
+
+def _fold_scatters(ctx: _Pass, buf: fx.Node) -> None:
+    """Remove the scatters of ``buf`` (just written in place) into the memory it views.
+
+    ``select_scatter(x, buf', 0, l)``, where ``buf'`` is ``buf`` up to dtype views and ``buf``
+    is ``select(x, 0, l)`` up to dtype views (``x`` the same node or the same chain of views),
+    puts back what is already there: it is ``x`` (in memory). Its readers now read ``x``'s
+    memory, whose version joins ``x``'s memory class, so later writes into it are checked
+    against the old readers of both. ``x`` may itself be scattered into its base next (the
+    write-back of a view of a view): it is folded the same way.
+    """
+    graph, analysis = ctx.gm.graph, ctx.analysis
+    starts = [buf]
+    while starts:
+        start = starts.pop()
+        view = _strip_dtype_views(start)
+        if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
+            continue
+        todo, seen = [start], {start}
+        while todo:
+            src = todo.pop()
+            for user in list(src.users):
+                if user.target in _SAME_BYTES and user not in seen:
+                    seen.add(user)
+                    todo.append(user)
+                elif _folds(analysis, user, src, view):
+                    target = user.args[0]
+                    analysis.merge(target, user)
+                    analysis.forget(user)
+                    user.replace_all_uses_with(target)
+                    graph.erase_node(user)
+                    starts.append(target)
+
+
+def _folds(analysis: AliasAnalysis, user: fx.Node, src: fx.Node, view: fx.Node) -> bool:
+    """Whether ``user`` scatters ``src`` (the bytes of ``view``) back where ``view`` took them."""
+    return (
+        user.target in SCATTER_VIEWS
+        and len(user.args) > 1
+        and user.args[1] is src
+        and SCATTER_VIEWS[user.target] is view.target
+        and _same_view(user.args[0], view.args[0])
+        and _same_view_args(user, view)
+        and src.meta["val"].dtype == user.meta["val"].dtype
+        and user in analysis.version
+        and user.args[0] in analysis.version
+    )
+
+
+def _all_scatters_fold(analysis: AliasAnalysis, out: fx.Node, buf: fx.Node) -> bool:
+    """Whether every scatter of ``out`` (a HOP output, through views keeping its bytes) would
+    be folded once ``buf`` is written in place and ``out`` replaced by it: then no scatter of a
+    dtype view of a graph input reaches Inductor, whose lowering does not support one."""
+    view = _strip_dtype_views(buf)
+    if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
+        # nothing left to fold: ``out`` must not be scattered anywhere else
+        return not any(u.target in SCATTER_VIEWS and u.args[1] is out for u in out.users)
+    todo, seen = [out], {out}
+    while todo:
+        src = todo.pop()
+        for user in src.users:
+            if user.target in _SAME_BYTES and user not in seen:
+                seen.add(user)
+                todo.append(user)
+            elif user.target in SCATTER_VIEWS:
+                # and then the scatter of that scatter (the write-back of a view of a view);
+                # a scatter *into* these bytes stays a scatter into a view of an input
+                if not (
+                    user.args[1] is src
+                    and _folds(analysis, user, src, view)
+                    and _all_scatters_fold(analysis, user, user.args[0])
+                ):
+                    return False
+    return True
+
+
+def _same_view(a: Any, b: Any) -> bool:
+    """Whether two nodes are one tensor, or the same chain of view ops of one tensor."""
+    while a is not b:
+        if not (
+            isinstance(a, fx.Node)
+            and isinstance(b, fx.Node)
+            and a.op == b.op == "call_function"
+            and a.target is b.target
+            and a.target in VIEW_OPS
+            and a.args[1:] == b.args[1:]
+            and a.kwargs == b.kwargs
+            and a.args
+            and b.args
+        ):
+            return False
+        a, b = a.args[0], b.args[0]
+    return True
+
+
+def _same_view_args(scatter: fx.Node, view: fx.Node) -> bool:
+    """Whether a scatter replaces exactly the part of its input that ``view`` selects."""
+    try:
+        a = scatter.normalized_arguments(None, normalize_to_only_use_kwargs=True)
+        b = view.normalized_arguments(None, normalize_to_only_use_kwargs=True)
+    except Exception:
+        return False
+    if a is None or b is None:
+        return False
+    a = {k: v for k, v in a.kwargs.items() if k not in ("input", "self", "src")}
+    b = {k: v for k, v in b.kwargs.items() if k not in ("input", "self")}
+    return a == b
 
 
 # Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
@@ -345,7 +508,8 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
             aliased = _aliased_args(buf, _written(analysis, buf)) if ctx.for_inductor else False
             if reason is Reason.INPLACE:
                 new_bufs.append(buf.node)
-                arg_bases.append(pin_layout(ctx, buf.node) if aliased else buf.node)
+                pin = aliased or _realize_whole(ctx, buf)
+                arg_bases.append(pin_layout(ctx, buf.node) if pin else buf.node)
                 if out is not None:
                     analysis.merge(buf.node, out)
             else:
@@ -366,7 +530,27 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
         user.replace_all_uses_with(repl)
         graph.erase_node(user)
     graph.erase_node(node)
+    for buf, decision in zip(bufs, decisions):
+        if decision and buf.node.op != "placeholder":
+            _fold_scatters(ctx, buf.node)
     return CallReport(node.name, info.qualname, HOP_STRATEGY[node.target], decisions)
+
+
+def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
+    """Whether to pin the layout of a buffer written in place through views (``pin_layout``).
+
+    Note [Views of unrealized buffers under Inductor]
+    When the op takes a view (``buf[1]``) of a buffer Inductor has not computed yet (``x + 1``),
+    Inductor computes that view's elements into a buffer of their own for the op, one more
+    allocation of the view's size, and then the buffer itself. An ``as_strided`` alias of the
+    whole buffer makes Inductor compute the buffer once, with exactly its strides, and hand the
+    op a view of it. Graph inputs are computed already.
+    """
+    return (
+        ctx.for_inductor
+        and buf.node.op != "placeholder"
+        and not all(c.is_alias for c in buf.chains)
+    )
 
 
 def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node]) -> fx.Node:

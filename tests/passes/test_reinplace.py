@@ -41,22 +41,25 @@ def clones(captured):
 EXPECTED = {
     # program: (v1 reasons, v2 reasons)
     "note_base": ([Reason.INPLACE], [Reason.INPLACE]),
-    # v1 clones the row: the functional program scatters it back and reads the old base there
-    "note_select": ([Reason.READ_LATER], [Reason.INPLACE]),
-    "note_column": ([Reason.READ_LATER], [Reason.INPLACE]),
+    # v1 clones the row: the functional program scatters it back, reading the old base only
+    # around it (Note [Scatters read around what they replace]), so it goes in place too
+    "note_select": ([Reason.INPLACE], [Reason.INPLACE]),
+    "note_column": ([Reason.INPLACE], [Reason.INPLACE]),
     "input_inplace": ([Reason.INPLACE], [Reason.INPLACE]),
-    "input_row": ([Reason.VIEW_OF_INPUT], [Reason.INPLACE]),
+    # v1: the row is scattered back and the input copied back (Note [Views of graph inputs])
+    "input_row": ([Reason.INPLACE], [Reason.INPLACE]),
     # the old value is read before the call only
     "read_after": ([Reason.INPLACE], [Reason.INPLACE]),
     # the returned alias buf[1] is disjoint from the written buf[0]
-    "old_value_returned": ([Reason.READ_LATER], [Reason.INPLACE]),
+    "old_value_returned": ([Reason.INPLACE], [Reason.INPLACE]),
     "kwarg_only": ([Reason.INPLACE], [Reason.INPLACE]),
     # q and k are interleaved but disjoint; v is read afterwards
-    "qkv_split": ([Reason.READ_LATER] * 2, [Reason.INPLACE]),
-    "two_disjoint": ([Reason.READ_LATER] * 2, [Reason.INPLACE]),
+    # v1: the first clone's scatter reads the old base around it, hence where the second writes
+    "qkv_split": ([Reason.INPLACE, Reason.READ_LATER], [Reason.INPLACE]),
+    "two_disjoint": ([Reason.INPLACE, Reason.READ_LATER], [Reason.INPLACE]),
     # overlapping views: v1 hands the call to v2, which clones their common base once
     "two_overlapping": ([Reason.INPLACE], [Reason.INPLACE]),
-    "disjoint_read_by_call": ([Reason.READ_LATER], [Reason.INPLACE]),
+    "disjoint_read_by_call": ([Reason.INPLACE], [Reason.INPLACE]),
     "dst_src_clone": ([Reason.INPLACE], [Reason.INPLACE]),
 }
 
@@ -103,13 +106,13 @@ def _old_row_read_program(read_row):
 @pytest.mark.parametrize("read_row", [0, 1])
 def test_old_value_read_after_the_call(strategy, read_row):
     # After the reorder the graph reads the *old* buf[read_row] below the call. Row 1 is what
-    # the op writes: keep the clone. Row 0 is disjoint: v2 writes in place; v1 scatters its
-    # clone back into buf, which reads the old buf anyway.
+    # the op writes: keep the clone. Row 0 is disjoint: in place (v1 scatters its clone back
+    # into buf, which reads the old buf only around row 1).
     fn = _old_row_read_program(read_row)
     is_sum = lambda n: n.target is aten.sum.default  # noqa: E731
     captured = run(fn, [torch.randn(4, 5), torch.randn(5)], before_pass=_sink_after_hop(is_sum))
     (d,) = captured.report.decisions
-    if strategy == "v2" and read_row == 0:
+    if read_row == 0:
         assert d.reason is Reason.INPLACE
     else:
         assert d.reason is Reason.READ_LATER and not d
@@ -276,11 +279,8 @@ def forward(self, arg0_1, arg1_1, arg2_1):
         self.assertExpectedInline(captured.reinplaced[0], """\
 def forward(self, arg0_1, arg1_1):
     select = torch.ops.aten.select.int(arg0_1, 0, 1)
-    clone_default = torch.ops.aten.clone.default(select)
-    add__default = torch.ops.autofunc_corpus.add_.default(clone_default, arg1_1)
-    select_scatter = torch.ops.aten.select_scatter.default(arg0_1, clone_default, 0, 1)
-    mul = torch.ops.aten.mul.Tensor(select_scatter, 2)
-    copy_ = torch.ops.aten.copy_.default(arg0_1, select_scatter)
+    add__default = torch.ops.autofunc_corpus.add_.default(select, arg1_1)
+    mul = torch.ops.aten.mul.Tensor(arg0_1, 2)
     return (mul,)""")
 
 
@@ -294,3 +294,59 @@ class corpus_registered:
     def __exit__(self, *exc):
         for r in self.regs:
             r.remove()
+
+
+# -- dtype views: a uint8 KV cache written through fp8 views (Note [Views of graph inputs]) -----
+
+
+def _fp8_inputs():
+    return [torch.zeros(2, 2, 8, 4, dtype=torch.uint8), torch.randn(2, 2, 4), torch.tensor([1, 5])]
+
+
+def test_fp8_kv_cache_views_go_in_place(strategy):
+    captured = run(corpus.PROGRAMS["kv_fp8_layers"], _fp8_inputs())
+    assert reasons(captured) == [Reason.INPLACE] * 4
+    assert clones(captured) == 0
+    gm = captured.modules[0]
+    # every write-back scatter folded, the epilogue copy a self-copy removed
+    assert count_targets(gm, lambda t: t is aten.select_scatter.default) == 0
+    assert count_targets(gm, lambda t: t is aten.copy_.default) == 0
+
+
+def test_same_dtype_view_of_an_input_goes_in_place(strategy):
+    captured = run(corpus.PROGRAMS["cache_same_dtype_view"])
+    assert reasons(captured) == [Reason.INPLACE]
+
+
+def _fp8_old_row_program(read_layer):
+    def f(kv, rows, index):
+        old = kv[read_layer].sum()  # traced before the call; the reorder moves it after
+        corpus.write_rows_fp8(kv[1, 0].view(torch.float8_e4m3fn), rows[0], index)
+        return old
+
+    return f
+
+
+@pytest.mark.parametrize("read_layer", [0, 1])
+def test_fp8_view_old_value_read_after_the_call(read_layer):
+    # Layer 1 is what the op writes through its fp8 view: a read of the old kv[1] moved below
+    # the call keeps the clone (in bytes, the fp8 view and the uint8 layer overlap). Layer 0 is
+    # disjoint: in place.
+    fn = _fp8_old_row_program(read_layer)
+    is_sum = lambda n: n.target is aten.sum.default  # noqa: E731
+    with corpus_registered("v2"):
+        captured = run(fn, _fp8_inputs(), before_pass=_sink_after_hop(is_sum))
+    (d,) = captured.report.decisions
+    assert d.reason is (Reason.READ_LATER if read_layer == 1 else Reason.INPLACE)
+
+
+def test_view_of_input_without_copy_back_is_cloned():
+    with corpus_registered("v2"):
+        fn = corpus.PROGRAMS["cache_same_dtype_view"].fn
+        compiled, captured = compile_capture(fn, before_pass=_drop_epilogue)
+        cache, rows = corpus.PROGRAMS["cache_same_dtype_view"].inputs()
+        before = cache.clone()
+        compiled(cache, rows)
+    (d,) = captured.report.decisions
+    assert d.reason is Reason.VIEW_OF_INPUT
+    assert torch.equal(cache, before)
