@@ -23,7 +23,7 @@ from ..hops.common import unpack_outputs
 from ..hops.v1 import auto_functionalized_v1, mutable_slots
 from ..hops.v2 import _rebase, auto_functionalized_v2, decode_views
 from ..schema import ArgKind, OpInfo, op_info, resolve
-from .alias import AliasAnalysis
+from .alias import VIEW_OPS, AliasAnalysis
 from .emit import (
     NO_VAL,
     emit,
@@ -78,16 +78,17 @@ def reinplace(
     any version that shares its memory, an element of the regions the op writes; (2) no other
     argument of the same call reads those regions; (3) it is not passed twice as a mutable
     buffer; (4) when it is a graph input, the graph itself copies the final value back into it
-    (``copy_(input, new)``), which then becomes a self-copy and is removed, and, in a training
-    graph, that value is not also an output (AOTAutograd may donate saved outputs to the
-    backward, which would then overwrite the input). Anything unproven keeps its clone, and
+    (``copy_(input, new)``), which then becomes a self-copy and is removed, and that value is
+    not also an output (the returned tensor would be the input itself, which eager never
+    returns for a fresh tensor; in a training graph AOTAutograd may also donate saved outputs
+    to the backward, which would then overwrite the input). Anything unproven keeps its clone, and
     the report says why.
 
     Args:
         gm: the graph module, rewritten in place.
         enable: ``False`` only decomposes the HOPs, cloning every buffer.
         is_inference: whether ``gm`` is an inference graph; ``None`` (unknown) is treated as a
-            training graph for rule (4).
+            training graph (only the reason rule (4) names depends on it).
         for_inductor: emit clones and aliased arguments the way Inductor lowers soundly
             (Note [Clones for Inductor]), and keep the clone of a buffer that Inductor may read
             lazily after the write (``Reason.LAZY_READ``, Note [Lazy reads under Inductor]).
@@ -116,6 +117,8 @@ def reinplace(
     for node in hops:
         report.calls.append(_rewrite_call(ctx, node))
     _remove_self_copies(gm.graph)
+    if for_inductor:
+        _separate_outputs_from_inputs(ctx)
     gm.graph.lint()
     gm.recompile()
     return report
@@ -227,8 +230,11 @@ def _decide(
         copy = ctx.epilogue.get(root)
         if copy is None or copy.args[1] is not final:
             return Reason.GRAPH_INPUT, root.name
-        if ctx.training and any(analysis.same_memory(o, final) for o in ctx.outputs):
-            return Reason.SAVED_OUTPUT, root.name
+        if any(analysis.same_memory(o, final) for o in ctx.outputs):
+            # The graph returns a fresh tensor holding the value it copies back: written in
+            # place, the output would be the input itself (pytorch#195451); in a training
+            # graph AOTAutograd may also donate it to the backward.
+            return (Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT), root.name
     lazy = analysis.read_before_used_after(node, buf.node, written) if ctx.for_inductor else None
     if lazy is not None:
         # Note [Lazy reads under Inductor]: Inductor computes a pointwise read (or a reduction
@@ -416,6 +422,59 @@ def _check_vals(hops: list[fx.Node]) -> None:
                     f"autofunc.reinplace needs fake values in meta['val'] (node {arg.name}, an "
                     f"input of {hop.name}, has none); run FakeTensorProp on the graph first"
                 )
+
+
+# Functional ops that Inductor's own re-inplacing (which runs after this pass) may turn into a
+# write of their first argument: the result then *is* that argument's buffer.
+_INDUCTOR_INPLACEABLE = frozenset(
+    {
+        _aten.select_scatter.default,
+        _aten.slice_scatter.default,
+        _aten.diagonal_scatter.default,
+        _aten.as_strided_scatter.default,
+        _aten.index_put.default,
+        _aten._unsafe_index_put.default,
+    }
+)
+
+
+def _written_input(node: fx.Node) -> fx.Node | None:
+    """The graph input whose buffer ``node``'s value may end up in after Inductor re-inplaces
+    the scatters it is built from (through views), or ``None``."""
+    scattered = False
+    while node.op == "call_function" and (
+        node.target in VIEW_OPS or node.target in _INDUCTOR_INPLACEABLE
+    ):
+        scattered = scattered or node.target in _INDUCTOR_INPLACEABLE
+        node = node.args[0]
+    return node if scattered and node.op == "placeholder" else None
+
+
+def _separate_outputs_from_inputs(ctx: _Pass) -> None:
+    """Note [Returned scatters under Inductor]: ``y = x.select_scatter(...); op(y[1]);
+    x.copy_(y); return y`` returns a tensor of its own in eager. Inductor re-inplaces a scatter
+    into a graph input whenever the graph copies a value back into that input, without looking
+    at the graph's outputs, so ``y`` would come back as ``x`` itself (pytorch#195451). Each
+    output built by scatters into such an input is returned as a copy instead (eager holds two
+    tensors as well)."""
+    graph = ctx.gm.graph
+    copied_back = {
+        n.args[0]
+        for n in graph.find_nodes(op="call_function", target=_aten.copy_.default)
+        if isinstance(n.args[0], fx.Node) and n.args[0].op == "placeholder"
+    }
+    out = graph.output_node()
+    clones: dict[fx.Node, fx.Node] = {}
+
+    def separate(arg: Any) -> Any:
+        if not isinstance(arg, fx.Node) or _written_input(arg) not in copied_back:
+            return arg
+        if arg not in clones:
+            with graph.inserting_before(out):
+                clones[arg] = emit_clone(ctx, arg)
+        return clones[arg]
+
+    out.args = fx.node.map_arg(out.args, separate)
 
 
 def _remove_self_copies(graph: fx.Graph) -> None:
