@@ -101,6 +101,8 @@ def reinplace(
     if not hops:
         return report
     _check_vals(hops)
+    if for_inductor:
+        _keep_old_copy_sources(gm.graph)
     ctx = _Pass(
         gm=gm,
         analysis=AliasAnalysis(
@@ -422,6 +424,43 @@ def _check_vals(hops: list[fx.Node]) -> None:
                     f"autofunc.reinplace needs fake values in meta['val'] (node {arg.name}, an "
                     f"input of {hop.name}, has none); run FakeTensorProp on the graph first"
                 )
+
+
+def _view_base(node: fx.Node) -> fx.Node:
+    while node.op == "call_function" and node.target in VIEW_OPS:
+        node = node.args[0]
+    return node
+
+
+def _keep_old_copy_sources(graph: fx.Graph) -> None:
+    """Note [Copies of inputs that the graph mutates]: ``dst[:] = src[:, :]; op(src)`` must
+    give ``dst`` the old ``src``. Inductor's ``remove_noop_ops`` (before this pass) replaces the
+    functional copy of ``src`` by ``src`` itself, leaving the epilogue ``copy_(dst, src)`` after
+    ``copy_(src, new)``: it now reads the new value (pytorch#198131, which also hits a plain
+    ``src.add_(1)``). In a functional graph a graph input always denotes its value on entry, so
+    such a source is copied where it is defined, before anything writes it; the copy is a lazy
+    read Inductor realizes when the input is mutated, and the analysis sees it as a read of the
+    old value (the op then writes ``src`` only if that is still sound)."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    first_write: dict[fx.Node, int] = {}
+    copies = list(graph.find_nodes(op="call_function", target=_aten.copy_.default))
+    for n in copies:
+        dst = n.args[0]
+        if isinstance(dst, fx.Node) and dst.op == "placeholder":
+            first_write.setdefault(dst, order[n])
+    for n in copies:
+        src = n.args[1]
+        if not isinstance(src, fx.Node) or not isinstance(n.args[0], fx.Node):
+            continue
+        base = _view_base(src)
+        if base is _view_base(n.args[0]) or first_write.get(base, order[n]) >= order[n]:
+            continue
+        inputs = graph.find_nodes(op="placeholder")
+        anchor = src if not inputs or order[src] > order[inputs[-1]] else inputs[-1]
+        with graph.inserting_after(anchor):
+            old = graph.call_function(_aten.clone.default, (src,))
+        old.meta["val"] = src.meta["val"].clone()
+        n.replace_input_with(src, old)
 
 
 # Functional ops that Inductor's own re-inplacing (which runs after this pass) may turn into a
