@@ -10,13 +10,6 @@ import torch
 from autofunc.bench import corpus
 from autofunc.testing import compile_capture, same_result
 
-_PYTORCH_DONATED_BUFFER_BUG = (
-    "PyTorch bug, not autofunc's: v1 keeps its clone of buf[1] here, but Inductor's own "
-    "reinplacing of the select_scatter onto the graph input hits the same donated-buffer "
-    "reuse; plain aten buf[1].add_(...) fails the same way without autofunc"
-)
-
-
 def _whole_buffer(x, buf):
     h = x.sin()
     corpus.add_(buf, h.detach())
@@ -37,12 +30,12 @@ def _compile(fn, backend):
 
 @pytest.mark.parametrize("fn", [_whole_buffer, _row_of_buffer])
 @pytest.mark.parametrize("backend", ["aot_eager", "capture", "inductor"])
-def test_grad_with_mutated_buffer(fn, backend, strategy, request):
+def test_grad_with_mutated_buffer(fn, backend, strategy):
     # Writing the whole buffer in place would make the forward's saved output (the new buf) the
     # user's tensor, which AOTAutograd may donate to the backward: the pass keeps that clone
-    # (Reason.SAVED_OUTPUT). Only PyTorch's own row case still fails.
-    if backend == "inductor" and fn is _row_of_buffer and strategy == "v1":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=_PYTORCH_DONATED_BUFFER_BUG))
+    # (Reason.SAVED_OUTPUT). In the row case under v1, Inductor's own re-inplacing of the
+    # select_scatter onto the input would do the same; the pass returns that output as a copy
+    # (Note [Returned scatters under Inductor]).
     x = torch.randn(3, 4, requires_grad=True)
     buf = torch.randn(3, 4)
     x_eager = x.detach().clone().requires_grad_()

@@ -85,8 +85,8 @@ def emit_clone(
     A contiguous tensor is copied with ``aten.clone``; a non-contiguous view that the op takes
     as it is (``direct``: a v1 argument, or a v2 base passed whole) with ``empty_strided`` +
     ``copy_``, the op call fixing the layout. (A view *of* that buffer would not fix it.)
-    Anything else is copied as the storage span it covers,
-    ``as_strided(clone(as_strided(src, [extent], [1], offset)), size, stride)``.
+    Anything else is copied into a fresh span as long as the storage it covers,
+    ``as_strided(as_strided_scatter(zeros([extent]), src, size, stride), size, stride)``.
     The span is one-dimensional, so no layout choice of Inductor can disagree with the strides
     the graph records, and the clone is a fresh buffer. (``empty_strided`` + ``copy_`` is not
     safe under Inductor: lowering ``copy_`` into a fresh buffer may make that buffer an alias of
@@ -113,10 +113,17 @@ def emit_clone(
         )
         emit(ctx, _aten.copy_.default, (node, src))
     else:
+        # The span is filled through ``src``'s logical indices (as_strided_scatter into a
+        # fresh zeroed span), never read as raw storage: when ``src`` is a view of a buffer the
+        # graph computes, Inductor lays that buffer out as it likes (densely, say), so an
+        # as_strided span of it would read elements that are not there (past its end) or
+        # belong to other positions.
         size, stride = geometry_of(ctx, src)
         extent = copy_extent(size, stride, graph_arith(ctx))
-        span = emit_as_strided(ctx, src, [extent], [1], 0)
-        flat = emit(ctx, _aten.clone.default, (span,))
+        zeros = emit(
+            ctx, _aten.full.default, ([extent], 0), {"dtype": val.dtype, "device": val.device}
+        )
+        flat = emit(ctx, _aten.as_strided_scatter.default, (zeros, src, size, stride, 0))
         node = emit_as_strided(ctx, flat, size, stride, 0)
     node.meta["autofunc.clone"] = True
     return node

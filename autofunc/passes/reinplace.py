@@ -79,16 +79,17 @@ def reinplace(
     any version that shares its memory, an element of the regions the op writes; (2) no other
     argument of the same call reads those regions; (3) it is not passed twice as a mutable
     buffer; (4) when it is a graph input, the graph itself copies the final value back into it
-    (``copy_(input, new)``), which then becomes a self-copy and is removed, and, in a training
-    graph, that value is not also an output (AOTAutograd may donate saved outputs to the
-    backward, which would then overwrite the input). Anything unproven keeps its clone, and
+    (``copy_(input, new)``), which then becomes a self-copy and is removed, and that value is
+    not also an output (the returned tensor would be the input itself, which eager never
+    returns for a fresh tensor; in a training graph AOTAutograd may also donate saved outputs
+    to the backward, which would then overwrite the input). Anything unproven keeps its clone, and
     the report says why.
 
     Args:
         gm: the graph module, rewritten in place.
         enable: ``False`` only decomposes the HOPs, cloning every buffer.
         is_inference: whether ``gm`` is an inference graph; ``None`` (unknown) is treated as a
-            training graph for rule (4).
+            training graph (only the reason rule (4) names depends on it).
         for_inductor: emit clones and aliased arguments the way Inductor lowers soundly
             (Note [Clones for Inductor]), and keep the clone of a buffer that Inductor may read
             lazily after the write (``Reason.LAZY_READ``, Note [Lazy reads under Inductor]).
@@ -101,6 +102,8 @@ def reinplace(
     if not hops:
         return report
     _check_vals(hops)
+    if for_inductor:
+        _keep_old_copy_sources(gm.graph)
     ctx = _Pass(
         gm=gm,
         analysis=AliasAnalysis(
@@ -117,6 +120,8 @@ def reinplace(
     for node in hops:
         report.calls.append(_rewrite_call(ctx, node))
     _remove_self_copies(gm.graph)
+    if for_inductor:
+        _separate_outputs_from_inputs(ctx)
     gm.graph.lint()
     gm.recompile()
     return report
@@ -235,8 +240,11 @@ def _decide(
         copy = ctx.epilogue.get(root)
         if copy is None or copy.args[1] is not final:
             return Reason.GRAPH_INPUT, root.name
-        if ctx.training and any(analysis.same_memory(o, final) for o in ctx.outputs):
-            return Reason.SAVED_OUTPUT, root.name
+        if any(analysis.same_memory(o, final) for o in ctx.outputs):
+            # The graph returns a fresh tensor holding the value it copies back: written in
+            # place, the output would be the input itself (pytorch#195451); in a training
+            # graph AOTAutograd may also donate it to the backward.
+            return (Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT), root.name
     lazy = analysis.read_before_used_after(node, buf.node, written) if ctx.for_inductor else None
     if lazy is not None:
         # Note [Lazy reads under Inductor]: Inductor computes a pointwise read (or a reduction
@@ -262,8 +270,9 @@ def _view_of_input(ctx: _Pass, node: fx.Node, buf: _Buffer, root: fx.Node) -> Re
     they replace (Note [Scatters read around what they replace]), every other later read of the
     old input is checked like any other buffer's, and each scatter of the written view into
     itself is then removed (``_fold_scatters``). Under Inductor every such scatter must fold
-    (Inductor cannot lower a scatter of a dtype view of an input's view). In a training graph
-    that value must not also be an output (rule 4 of ``reinplace``).
+    (Inductor cannot lower a scatter of a dtype view of an input's view). The value copied back
+    must not also be an output (it would become the input itself, pytorch#195451; in a training
+    graph, rule 4 of ``reinplace``).
     """
     copy = ctx.epilogue.get(root)
     if copy is None or not _is_view_chain(buf.node, root):
@@ -271,10 +280,10 @@ def _view_of_input(ctx: _Pass, node: fx.Node, buf: _Buffer, root: fx.Node) -> Re
     out = next((u for u in node.users if u.args[1] == buf.out_index), None)
     if ctx.for_inductor and out is not None and not _all_scatters_fold(ctx.analysis, out, buf.node):
         return Reason.VIEW_OF_INPUT
-    if ctx.training and any(
-        ctx.analysis.same_memory(o, root) or ctx.analysis.same_memory(o, copy.args[1])
-        for o in ctx.outputs
-    ):
+    if any(ctx.analysis.same_memory(o, copy.args[1]) for o in ctx.outputs):
+        # As for a whole input: the output would be the input itself (pytorch#195451).
+        return Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT
+    if ctx.training and any(ctx.analysis.same_memory(o, root) for o in ctx.outputs):
         return Reason.SAVED_OUTPUT
     return None
 
@@ -606,6 +615,96 @@ def _check_vals(hops: list[fx.Node]) -> None:
                     f"autofunc.reinplace needs fake values in meta['val'] (node {arg.name}, an "
                     f"input of {hop.name}, has none); run FakeTensorProp on the graph first"
                 )
+
+
+def _view_base(node: fx.Node) -> fx.Node:
+    while node.op == "call_function" and node.target in VIEW_OPS:
+        node = node.args[0]
+    return node
+
+
+def _keep_old_copy_sources(graph: fx.Graph) -> None:
+    """Note [Copies of inputs that the graph mutates]: ``dst[:] = src[:, :]; op(src)`` must
+    give ``dst`` the old ``src``. Inductor's ``remove_noop_ops`` (before this pass) replaces the
+    functional copy of ``src`` by ``src`` itself, leaving the epilogue ``copy_(dst, src)`` after
+    ``copy_(src, new)``: it now reads the new value (pytorch#198131, which also hits a plain
+    ``src.add_(1)``). In a functional graph a graph input always denotes its value on entry, so
+    such a source is copied where it is defined, before anything writes it; the copy is a lazy
+    read Inductor realizes when the input is mutated, and the analysis sees it as a read of the
+    old value (the op then writes ``src`` only if that is still sound)."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    first_write: dict[fx.Node, int] = {}
+    copies = list(graph.find_nodes(op="call_function", target=_aten.copy_.default))
+    for n in copies:
+        dst = n.args[0]
+        if isinstance(dst, fx.Node) and dst.op == "placeholder":
+            first_write.setdefault(dst, order[n])
+    for n in copies:
+        src = n.args[1]
+        if not isinstance(src, fx.Node) or not isinstance(n.args[0], fx.Node):
+            continue
+        base = _view_base(src)
+        if base is _view_base(n.args[0]) or first_write.get(base, order[n]) >= order[n]:
+            continue
+        inputs = graph.find_nodes(op="placeholder")
+        anchor = src if not inputs or order[src] > order[inputs[-1]] else inputs[-1]
+        with graph.inserting_after(anchor):
+            old = graph.call_function(_aten.clone.default, (src,))
+        old.meta["val"] = src.meta["val"].clone()
+        n.replace_input_with(src, old)
+
+
+# Functional ops that Inductor's own re-inplacing (which runs after this pass) may turn into a
+# write of their first argument: the result then *is* that argument's buffer.
+_INDUCTOR_INPLACEABLE = frozenset(
+    {
+        _aten.select_scatter.default,
+        _aten.slice_scatter.default,
+        _aten.diagonal_scatter.default,
+        _aten.as_strided_scatter.default,
+        _aten.index_put.default,
+        _aten._unsafe_index_put.default,
+    }
+)
+
+
+def _written_input(node: fx.Node) -> fx.Node | None:
+    """The graph input whose buffer ``node``'s value may end up in after Inductor re-inplaces
+    the scatters it is built from (through views), or ``None``."""
+    scattered = False
+    while node.op == "call_function" and (
+        node.target in VIEW_OPS or node.target in _INDUCTOR_INPLACEABLE
+    ):
+        scattered = scattered or node.target in _INDUCTOR_INPLACEABLE
+        node = node.args[0]
+    return node if scattered and node.op == "placeholder" else None
+
+
+def _separate_outputs_from_inputs(ctx: _Pass) -> None:
+    """Note [Returned scatters under Inductor]: ``y = x.select_scatter(...); op(y[1]);
+    x.copy_(y); return y`` returns a tensor of its own in eager. Inductor re-inplaces a scatter
+    into a graph input whenever the graph copies a value back into that input, without looking
+    at the graph's outputs, so ``y`` would come back as ``x`` itself (pytorch#195451). Each
+    output built by scatters into such an input is returned as a copy instead (eager holds two
+    tensors as well)."""
+    graph = ctx.gm.graph
+    copied_back = {
+        n.args[0]
+        for n in graph.find_nodes(op="call_function", target=_aten.copy_.default)
+        if isinstance(n.args[0], fx.Node) and n.args[0].op == "placeholder"
+    }
+    out = graph.output_node()
+    clones: dict[fx.Node, fx.Node] = {}
+
+    def separate(arg: Any) -> Any:
+        if not isinstance(arg, fx.Node) or _written_input(arg) not in copied_back:
+            return arg
+        if arg not in clones:
+            with graph.inserting_before(out):
+                clones[arg] = emit_clone(ctx, arg)
+        return clones[arg]
+
+    out.args = fx.node.map_arg(out.args, separate)
 
 
 def _remove_self_copies(graph: fx.Graph) -> None:

@@ -22,6 +22,9 @@ class Reason(enum.Enum):
     SAVED_OUTPUT = (
         "a graph input whose new value a training graph also returns (saved for backward)"
     )
+    RETURNED_INPUT = (
+        "a graph input whose new value the graph also returns (the output would alias the input)"
+    )
     LAZY_READ = "a value read from it earlier is used after the call (Inductor may compute it late)"
     VIEW_OF_INPUT = "a view of a graph input (its mutation is scattered back, not copied)"
     CONSTANT = "a constant of the module"

@@ -1,0 +1,171 @@
+"""Programs Inductor miscompiles around mutable custom ops unless the pass guards them: checked
+against eager under Inductor (outputs, final inputs, and whether a returned tensor shares its
+storage with an input)."""
+
+import pytest
+import torch
+
+import autofunc
+from autofunc.bench import fuzz  # the autofunc_fuzz ops
+from autofunc.testing import same_result
+
+
+@torch.library.custom_op("autofunc_hazards::add_one", mutates_args={"x"})
+def add_one(x: torch.Tensor) -> None:
+    x.add_(1)
+
+
+@pytest.fixture(params=["v1", "v2"])
+def strategy(request):
+    reg = autofunc.register(add_one, strategy=request.param)
+    yield request.param
+    reg.remove()
+
+
+def _tensors(out):
+    return [t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, torch.Tensor)]
+
+
+def _aliases_input(outs, inputs):
+    ptrs = {t.untyped_storage().data_ptr() for t in inputs}
+    return [o.untyped_storage().data_ptr() in ptrs for o in _tensors(outs)]
+
+
+def check_inductor(fn, *inputs):
+    eager_inputs = [t.clone() for t in inputs]
+    expected = fn(*eager_inputs)
+    got = torch.compile(fn, fullgraph=True)(*inputs)
+    assert same_result(_tensors(got), _tensors(expected))
+    assert same_result(list(inputs), eager_inputs)
+    assert _aliases_input(got, inputs) == _aliases_input(expected, eager_inputs)
+
+
+def _grid():
+    return torch.arange(12.0).view(3, 4)
+
+
+# -- an input copied elsewhere, then mutated by the op (pytorch#198131 class) -----------------
+
+
+def copy_then_mutate(dst, src):
+    dst[:] = src[:, :]  # remove_noop_ops turns the copy of src into src itself
+    add_one(src)
+    return src
+
+
+def test_copy_of_input_then_op_mutates_it(strategy):
+    check_inductor(copy_then_mutate, torch.zeros(3, 4), _grid())
+
+
+# -- a scatter result the op mutates, copied back into the input and returned (#195451 class) -
+
+
+def returned_row_write(x):
+    y = x.clone()
+    add_one(y[0])
+    x.copy_(y)
+    return y
+
+
+def returned_select_scatter(x):
+    y = torch.select_scatter(x, x[0] * 2, 0, 0)
+    add_one(y[1])
+    x.copy_(y)
+    return y
+
+
+def returned_scatter_mutated_whole(x):
+    y = torch.select_scatter(x, x[0] * 2, 0, 0)
+    add_one(y)
+    x.copy_(y)
+    return y
+
+
+def returned_view_of_scatter(x):
+    y = x.clone()
+    y[0] = 3.0
+    add_one(y[1])
+    x.copy_(y)
+    return y[1:]
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        returned_row_write,
+        returned_select_scatter,
+        returned_scatter_mutated_whole,
+        returned_view_of_scatter,
+    ],
+)
+def test_returned_value_copied_back_is_not_the_input(strategy, fn):
+    check_inductor(fn, _grid())
+
+
+def test_returned_value_copied_back_keeps_its_clone():
+    """The pass alone, on the graph Inductor hands it (its ``remove_noop_ops`` has dropped the
+    clone of ``x``): the decision names the reason."""
+    from autofunc.testing import compile_capture
+
+    def drop_noops(gm):  # what remove_noop_ops does to this graph: clone(x) -> x, copy(x, y) -> y
+        aten = torch.ops.aten
+        for n in list(gm.graph.nodes):
+            if n.target in (aten.clone.default, aten.copy.default):
+                n.replace_all_uses_with(n.args[-1] if n.target is aten.copy.default else n.args[0])
+                gm.graph.erase_node(n)
+
+    reg = autofunc.register(add_one, strategy="v2")
+    try:
+        compiled, captured = compile_capture(returned_row_write, before_pass=drop_noops)
+        x = _grid()
+        out = compiled(x)
+    finally:
+        reg.remove()
+    assert [d.reason for d in captured.report.decisions] == [autofunc.Reason.RETURNED_INPUT]
+    assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert torch.equal(out, x)
+
+
+# -- fuzz regressions: a span clone of a view of a buffer Inductor lays out itself -------------
+
+ops = torch.ops.autofunc_fuzz
+
+
+def fuzz_seed6_66(a):
+    v2 = a.permute(1, 0)
+    v3, v4 = v2.split([1, 3], 1)
+    ops.mlate(v4, v3)
+    ops.m3([a, a, a], a)
+    return ()
+
+
+def fuzz_seed1234_203(a, b):
+    v0 = b.transpose(0, 2)
+    v1, v2 = v0.split([3, 2], 0)
+    ops.m3([v2, a], v1)
+    ops.m2(v2, v2, b)
+    return ()
+
+
+@pytest.mark.parametrize(
+    "fn, make_inputs",
+    [
+        (fuzz_seed6_66, lambda: (torch.randn(8, 5, dtype=torch.float64)[::2],)),
+        (
+            fuzz_seed1234_203,
+            lambda: (
+                torch.randn(4, dtype=torch.float64),
+                torch.randn(6, 5, 5, dtype=torch.float64)[::2],
+            ),
+        ),
+    ],
+    ids=["seed6_66", "seed1234_203"],
+)
+def test_span_clone_of_computed_buffer(fn, make_inputs):
+    regs = [autofunc.register(op, strategy="v1") for op in fuzz.OPS]
+    try:
+        torch.manual_seed(0)
+        check_inductor(fn, *make_inputs())
+    finally:
+        for r in regs:
+            r.remove()
