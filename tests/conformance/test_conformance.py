@@ -70,9 +70,6 @@ INDUCTOR_IDENTITY = (
 # (program, strategy, backend) -> reason; "*" matches any strategy / backend.
 XFAIL: dict[tuple[str, str, str], str] = {
     ("af_alias_identity", "*", "inductor"): INDUCTOR_IDENTITY,
-    ("issue_scatter_result_mutated_and_copied_back", "*", "inductor"): (
-        "issue 7 item 10 (#195451 class): the returned tensor aliases the input"
-    ),
 }
 
 
