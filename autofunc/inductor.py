@@ -48,6 +48,9 @@ def collect_reports() -> Iterator[list]:
         with collect_reports() as reports:
             torch.compile(fn)(*args)
         print(reports[0])
+
+    A graph served from Inductor's FX graph cache or AOTAutograd's cache runs no post-grad
+    pass and so has no report here (``explain`` turns both caches off).
     """
     reports: list = []
     with _collectors_lock:

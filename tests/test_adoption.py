@@ -168,18 +168,24 @@ def test_register_after_compile_recompiles():
     assert rec.last_uses(_BUILTIN) and not rec.last_uses(_OURS)
 
 
-def test_override_restores_registrations_and_keeps_compiled_code():
-    op = _axpy._opoverload
+def _axpy_plus_one(x, out):
+    _axpy(x, out)
+    return out + 1
+
+
+def _compiled_under_v2():
+    """``_axpy`` registered with v2 and a recorded compile of ``_axpy_plus_one``, called once."""
     rec = _Recorder()
-
-    def f(x, out):
-        op(x, out)
-        return out + 1
-
-    handle = autofunc.register(op, strategy="v2")
-    compiled = torch.compile(f, backend=rec.backend)
+    handle = autofunc.register(_axpy, strategy="v2")
+    compiled = torch.compile(_axpy_plus_one, backend=rec.backend)
     x = torch.randn(4)
     compiled(x, torch.zeros(4))
+    return rec, handle, compiled, x
+
+
+def test_override_restores_registrations_and_keeps_compiled_code():
+    op = _axpy._opoverload
+    rec, handle, compiled, x = _compiled_under_v2()
     with autofunc.override("v1", [op]):
         assert autofunc.registry.registered_strategy(op) == "v1"
         compiled(x, torch.zeros(4))
@@ -197,18 +203,10 @@ def test_override_restores_registrations_and_keeps_compiled_code():
 def test_explain_leaves_registrations_and_caches(backend):
     # Item 8: explain(strategy=...) used to take the op over (the user's remove() became a
     # no-op) and reset the whole Dynamo cache.
-    op = _axpy._opoverload
-    rec = _Recorder()
-
-    def f(x, out):
-        op(x, out)
-        return out + 1
-
-    handle = autofunc.register(op, strategy="v2")
-    compiled = torch.compile(f, backend=rec.backend)
-    x = torch.randn(4)
-    compiled(x, torch.zeros(4))
-    report = autofunc.explain(f, x, torch.zeros(4), strategy="v1", backend=backend)
+    rec, handle, compiled, x = _compiled_under_v2()
+    report = autofunc.explain(
+        _axpy_plus_one, x, torch.zeros(4), strategy="v1", backend=backend
+    )
     assert [c.strategy for c in report.calls] == ["v1"]
     assert autofunc.registry.registrations() == {"af_adopt2::axpy.default": "v2"}
     compiled(x, torch.zeros(4))
@@ -257,7 +255,15 @@ def test_reports_are_collected_per_block_and_bounded():
         _axpy(x, out)
         return out + 1
 
-    with autofunc.register(_axpy, strategy="v2"):
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with (
+        autofunc.register(_axpy, strategy="v2"),
+        # A cache hit skips the post-grad passes, and with them the report.
+        inductor_config.patch(fx_graph_cache=False),
+        functorch_config.patch(enable_autograd_cache=False),
+    ):
         with inductor.collect_reports() as outer:
             with inductor.collect_reports() as inner:
                 torch.compile(f, backend="inductor")(torch.randn(4), torch.zeros(4))

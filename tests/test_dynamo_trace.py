@@ -14,6 +14,7 @@ from torch.utils.checkpoint import (
 )
 
 import autofunc
+from test_export import _Program  # the Module wrapper export takes
 from autofunc.bench import corpus
 from autofunc.testing import compile_capture, same_result
 
@@ -87,13 +88,6 @@ def test_compiled_autograd_retraces_a_recomputed_hop(hop):
 # -- torch.compile of an exported module --------------------------------------------------------
 
 
-class _Program(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
 
 
 @pytest.mark.parametrize("name", ["input_row", "list_arg", "kv_layers"])
