@@ -288,7 +288,15 @@ class AliasAnalysis:
         if a is b:
             return
         base_root = self.root[self.version[base]].meta["val"]
-        if not same_geometry(base.meta["val"], base_root):
+        new_root = self.root[self.version[new]].meta["val"]
+        # Regions are in each version's own storage coordinates. ``new``'s are those of
+        # ``base``'s only when its root has exactly ``base``'s geometry, storage offset included
+        # (a HOP's fresh base may sit at offset 0 where the input it replaces does not: a read
+        # of its [5:6] would then seem disjoint from a write of the input's [5:6]).
+        if not (
+            same_geometry(base.meta["val"], base_root)
+            and same_geometry(new_root, base.meta["val"])
+        ):
             self._coarse.update(self._members[b])
         if len(self._members[a]) < len(self._members[b]):
             a, b = b, a

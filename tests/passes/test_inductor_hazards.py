@@ -169,3 +169,21 @@ def test_span_clone_of_computed_buffer(fn, make_inputs):
     finally:
         for r in regs:
             r.remove()
+
+
+# -- a lazy read of an input at a nonzero storage offset (fuzz seed 20261124 #103) ------------
+
+
+def reduce_between_writes(a):
+    v = a[4:5]
+    add_one(v)
+    r = v.amax() + v.mean()  # computed by Inductor where it is needed: after the second write
+    add_one(v)
+    return r
+
+
+def test_lazy_read_of_an_input_at_an_offset(strategy):
+    # The HOP's new base sits at storage offset 0 where the input it replaces sits at 1: the
+    # read of the new value's [4:5] must still be seen as reading what the next call writes.
+    a = torch.randn(7, dtype=torch.float64)[1:]
+    check_inductor(reduce_between_writes, a)
