@@ -176,9 +176,8 @@ class Distinct:
     (``make_alias``), as PyTorch's built-in HOP does for every alias: distinct objects over one
     storage. (``op(x, x)``, one object twice in eager, also gets two objects: the HOP's wire
     format does not tell the two cases apart.) ``key`` gives an object's identity: ``id`` for
-    tensors, the node itself for FX nodes. Inductor lowers an ``alias`` (or a trivial
-    ``as_strided``) to the buffer itself, so code it generates still passes one object twice,
-    as it does for PyTorch's built-in v2.
+    tensors, the node itself for FX nodes. Under Inductor the pass makes the alias with an op of
+    its own (Note [A fresh alias Inductor keeps] in passes/emit.py).
     """
 
     def __init__(self, make_alias: Any, key: Any) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "emit",
     "emit_as_strided",
     "emit_clone",
+    "emit_fresh_alias",
     "emit_view",
     "fake_mode_of",
     "fake_values",
@@ -155,6 +156,26 @@ def emit_view(ctx: Any, base: fx.Node, chain: views.ViewChain) -> fx.Node:
         else:
             node = emit_as_strided(ctx, node, step.size, step.stride, step.storage_offset)
     return node
+
+
+# Note [A fresh alias Inductor keeps]
+# Inductor lowers ``aten.alias`` (and any view with its buffer's own layout) to the buffer
+# itself, so generated code would pass one tensor object where eager passes two aliases of one
+# storage (Note [Arguments keep their identity] in hops/v2.py). ``autofunc::fresh_alias`` is an
+# opaque op with an aliasing schema: Inductor calls it as an extern kernel and passes its
+# result, a new tensor object over the same memory. Only the second and later identical
+# arguments of a call use it; the first is the buffer itself, so Inductor still sees the op
+# mutate that buffer and orders later reads after the call.
+_lib = torch.library.Library("autofunc", "DEF")
+_lib.define("fresh_alias(Tensor(a) x) -> Tensor(a)")
+for _key in ("CompositeExplicitAutograd", "Meta"):
+    _lib.impl("fresh_alias", lambda x: _aten.alias.default(x), _key)
+
+
+def emit_fresh_alias(ctx: Any, node: fx.Node) -> fx.Node:
+    """A new tensor object over ``node``'s memory (Note [A fresh alias Inductor keeps])."""
+    target = torch.ops.autofunc.fresh_alias.default if ctx.for_inductor else _aten.alias.default
+    return emit(ctx, target, (node,))
 
 
 def pin_layout(ctx: Any, buf: fx.Node) -> fx.Node:

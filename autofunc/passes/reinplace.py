@@ -28,6 +28,7 @@ from .emit import (
     NO_VAL,
     emit,
     emit_clone,
+    emit_fresh_alias,
     emit_view,
     fake_mode_of,
     fake_values,
@@ -567,7 +568,7 @@ def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node])
     kwargs = {k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views")}
     if node.target is auto_functionalized_v2:
         # Note [Arguments keep their identity] in hops/v2.py.
-        distinct = Distinct(lambda n: emit(ctx, _aten.alias.default, (n,)), lambda n: n)
+        distinct = Distinct(lambda n: emit_fresh_alias(ctx, n), lambda n: n)
 
         def arg(v: Any) -> fx.Node:
             return distinct(emit_view(ctx, new_bufs[v.base_index], v.chain))

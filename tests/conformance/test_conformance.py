@@ -59,18 +59,9 @@ def _slow(name: str, backend: str) -> bool:
     return False
 
 
-# Cells autofunc still fails, each with its cause. Every cause of issue 7 is fixed; what is left
-# fails under PyTorch's built-in too.
-INDUCTOR_IDENTITY = (
-    "Inductor passes an alias of a buffer as the buffer itself, so op(x.alias(), x) gets one "
-    "object twice (PyTorch's built-in fails this cell too: v2 raises, v1 gives a wrong value); "
-    "README, Known limitations"
-)
-
-# (program, strategy, backend) -> reason; "*" matches any strategy / backend.
-XFAIL: dict[tuple[str, str, str], str] = {
-    ("af_alias_identity", "*", "inductor"): INDUCTOR_IDENTITY,
-}
+# Cells autofunc still fails, each with its reason (none today: every cause of issue 7 is
+# fixed). Keys are (program, strategy, backend); "*" matches any strategy / backend.
+XFAIL: dict[tuple[str, str, str], str] = {}
 
 
 def _xfail_reason(program: str, strategy: str, backend: str) -> str | None:
