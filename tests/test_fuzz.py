@@ -124,3 +124,14 @@ def test_repro_file_runs(tmp_path):
     assert path.name.startswith("fuzz_repro_") and path.suffix == ".py"
     ns = runpy.run_path(str(path))
     ns["test_repro"]()
+
+
+def test_an_output_outside_its_storage_is_reported_not_read():
+    # Seed 20261125 #121 returns ``v11.as_strided([1], [2], 3)`` of a view of a scattered
+    # intermediate; under Inductor (plain aten code too, Note [Outputs outside their storage])
+    # that output sits past the end of its storage. Reading it crashed a sweep: the check now
+    # classifies it without reading it.
+    program = fuzz.program_for(20261125, 121, None, fuzz.Features())
+    failure = fuzz.check(program, "v1", "inductor")
+    assert failure is not None and failure.kind == "limitation"
+    assert "outside its storage" in failure.message

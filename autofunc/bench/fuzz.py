@@ -854,6 +854,36 @@ def _diff(a: Any, b: Any) -> str:
     return f"{a!r} vs {b!r}"
 
 
+# Note [Outputs outside their storage]
+# Inductor may return an ``as_strided`` view of a view of a buffer it computed on a storage that
+# holds only the inner view, so the returned tensor reaches past its storage (reading it reads
+# freed or foreign memory, and can crash the process). Plain aten code does it, no custom op or
+# autofunc involved:
+#     r = x * 2; s = torch.slice_scatter(r.view(2, 2), y, 1, 1, 2, 2)
+#     return s.reshape(4).reshape(2, 2)[:, 1:2:2].as_strided([1], [2], 3)
+# returns a tensor at offset 3 on a 2-element storage under Inductor (torch 2.13). Such an
+# output is a PyTorch limitation when the program made it with ``as_strided``, a bug otherwise.
+_AS_STRIDED_OUTSIDE = "Inductor returned an as_strided view outside its storage (PyTorch)"
+
+
+def _outside_storage(program: FuzzProgram, got: tuple) -> tuple[str, str] | None:
+    """``(kind, message)`` for the first output whose elements are not all inside its storage."""
+    for i, t in enumerate(got):
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            continue
+        last = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        if (last + 1) * t.element_size() <= t.untyped_storage().nbytes():
+            continue
+        name = program.returns[i]
+        made_by = next((st.text for st in program.stmts if name in st.defs), "")
+        where = f"output {i} ({name}): ends at byte {(last + 1) * t.element_size()} of a "
+        where += f"{t.untyped_storage().nbytes()}-byte storage"
+        if ".as_strided(" in made_by:
+            return "limitation", f"{_AS_STRIDED_OUTSIDE}: {where}"
+        return "exception", f"output outside its storage: {where}"
+    return None
+
+
 def check(program: FuzzProgram, strategy: str, path: str) -> Failure | None:
     """Compile ``program`` on ``path`` with the fuzz ops registered with ``strategy`` and compare
     with eager: the outputs, and the final values of the inputs.
@@ -908,6 +938,9 @@ def check(program: FuzzProgram, strategy: str, path: str) -> Failure | None:
         if not (isinstance(got, tuple) and len(got) == len(expected)):
             bad.append(f"outputs: expected a {len(expected)}-tuple, got {type(got).__name__}")
         else:
+            outside = _outside_storage(program, got)
+            if outside is not None:  # reading it would read past its storage: report, never read
+                return Failure(program, strategy, path, *outside, "", _graphs(captured))
             for i, (e_, g) in enumerate(zip(expected, got)):
                 if not same_result(e_, g):
                     bad.append(f"output {i} ({program.returns[i]}): {_diff(e_, g)}")
