@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.multiprocessing.reductions import StorageWeakRef
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -105,6 +106,7 @@ def reinplace(
     _check_vals(hops)
     if for_inductor:
         _keep_old_copy_sources(gm.graph)
+        _as_strided_of_roots(gm.graph)
     ctx = _Pass(
         gm=gm,
         analysis=AliasAnalysis(
@@ -622,6 +624,44 @@ def _view_base(node: fx.Node) -> fx.Node:
     while node.op == "call_function" and node.target in VIEW_OPS:
         node = node.args[0]
     return node
+
+
+def _as_strided_of_roots(graph: fx.Graph) -> None:
+    """Rewrite ``as_strided(view, size, stride, offset)`` of a view of a computed buffer into
+    ``as_strided(buffer, size, stride, offset)``.
+
+    Note [as_strided of a view under Inductor]
+    ``as_strided`` takes its storage offset absolutely, so both forms are one tensor in eager.
+    Inductor, though, computes a view of a buffer it has not realized as a buffer of the view's
+    elements only and applies the offset to that: the result reaches past it (fuzz seed
+    20261125 #242 read uninitialized memory, #121 returned a tensor outside its storage; plain
+    aten code does the same). Once the pass moves that buffer's other uses (a clone of it, a
+    write in place), nothing else makes Inductor realize it whole, so the pass asks for the
+    buffer itself. Only explicit int offsets over a chain of same-dtype views are rewritten.
+    """
+    for node in list(graph.find_nodes(op="call_function", target=_aten.as_strided.default)):
+        src = node.args[0]
+        if len(node.args) != 4 or node.kwargs or not isinstance(node.args[3], int):
+            continue
+        root = src
+        while (
+            isinstance(root, fx.Node)
+            and root.op == "call_function"
+            and root.target in VIEW_OPS
+            and root.target is not _aten.view.dtype
+            and isinstance(root.args[0], fx.Node)
+        ):
+            root = root.args[0]
+        if root is src or not isinstance(root, fx.Node) or root.op == "placeholder":
+            continue
+        sval, rval = src.meta.get("val"), root.meta.get("val")
+        if not (isinstance(sval, torch.Tensor) and isinstance(rval, torch.Tensor)):
+            continue
+        if sval.dtype != rval.dtype or StorageWeakRef(sval.untyped_storage()) != StorageWeakRef(
+            rval.untyped_storage()
+        ):
+            continue
+        node.args = (root, *node.args[1:])
 
 
 def _keep_old_copy_sources(graph: fx.Graph) -> None:

@@ -187,3 +187,26 @@ def test_lazy_read_of_an_input_at_an_offset(strategy):
     # read of the new value's [4:5] must still be seen as reading what the next call writes.
     a = torch.randn(7, dtype=torch.float64)[1:]
     check_inductor(reduce_between_writes, a)
+
+
+# -- as_strided of a view of a computed buffer (fuzz seed 20261125 #242) ---------------------
+
+
+def as_strided_of_a_view(a):
+    r = a.amax() + a.mean()
+    v = a[2:4:3]
+    w = v.as_strided([2, 3, 2], [6, 1, 3], 8)  # absolute offset into a's storage
+    a.add_(r)
+    fuzz.m1(v, w)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_as_strided_of_a_view_reads_the_whole_buffer(fuzz_strategy):
+    # Inductor computed a[2:4:3] into a buffer of its own and applied offset 8 to that: the op
+    # read uninitialized memory (Note [as_strided of a view under Inductor]).
+    regs = [autofunc.register(op, strategy=fuzz_strategy) for op in fuzz.OPS]
+    try:
+        check_inductor(as_strided_of_a_view, torch.randn(5, 2, 2, dtype=torch.float64))
+    finally:
+        for r in regs:
+            r.remove()
