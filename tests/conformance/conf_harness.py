@@ -246,45 +246,45 @@ def _dynamic_shapes(program: Program, args: tuple) -> Any:
     return (spec,)  # _AsModule.forward takes *args: one entry, the whole tuple
 
 
-def _run_export(program: Program, strategy: str) -> list[str]:
-    """Export once and run every call; a ``dynamic`` program (whose calls change shapes, as a
-    recompiling ``torch.compile`` would follow) is exported again for each call. Export
-    captures inference graphs, so only the forward is compared (no backward, no ``.grad``)."""
+def _exports(program: Program):
+    """``(calls, mode, exported program)`` per export: once, or once per call for a ``dynamic``
+    program (whose calls change shapes, as a recompiling ``torch.compile`` would follow).
+    Export captures inference graphs, so only the forward is compared (no backward, no
+    ``.grad``): the yielded calls belong to ``program`` with those turned off."""
     program = dataclasses.replace(program, backward=False, compiled_autograd=False)
     mode = torch.inference_mode() if program.inference_mode else contextlib.nullcontext()
     groups = [range(i, i + 1) for i in range(program.calls)] if program.dynamic else [None]
-    seen: list[str] = []
     for calls in groups:
         args = program.make_inputs(calls[0] if calls else 0)
         with mode:
             ep = torch.export.export(
                 _AsModule(program.fn), args, dynamic_shapes=_dynamic_shapes(program, args)
             )
-        _check_calls(program, ep.module(), contextlib.nullcontext, aliasing=False, calls=calls)
+        yield program, calls, mode, ep
+
+
+def _run_export(program: Program, strategy: str) -> list[str]:
+    """Each export runs as ``.module()``, then after ``run_decompositions()``."""
+    seen: list[str] = []
+    for fwd, calls, mode, ep in _exports(program):
+        _check_calls(fwd, ep.module(), contextlib.nullcontext, aliasing=False, calls=calls)
         with mode:
             decomposed = ep.run_decompositions()
         seen += builtin_hops(decomposed.graph_module)
-        _check_calls(
-            program, decomposed.module(), contextlib.nullcontext, aliasing=False, calls=calls
-        )
+        _check_calls(fwd, decomposed.module(), contextlib.nullcontext, aliasing=False, calls=calls)
     return seen
 
 
 def _run_export_compile(program: Program, strategy: str) -> list[str]:
-    program = dataclasses.replace(program, backward=False, compiled_autograd=False)
-    mode = torch.inference_mode() if program.inference_mode else contextlib.nullcontext()
-    groups = [range(i, i + 1) for i in range(program.calls)] if program.dynamic else [None]
+    """``torch.compile`` of each decomposed export's module (issue 7 item 4's second path)."""
     seen: list[str] = []
-    for calls in groups:
-        args = program.make_inputs(calls[0] if calls else 0)
+    for fwd, calls, mode, ep in _exports(program):
         with mode:
-            ep = torch.export.export(
-                _AsModule(program.fn), args, dynamic_shapes=_dynamic_shapes(program, args)
-            ).run_decompositions()
+            ep = ep.run_decompositions()
         fn, captured = compile_capture(
-            ep.module(), reinplace_pass=strategy.startswith("autofunc"), dynamic=program.dynamic
+            ep.module(), reinplace_pass=strategy.startswith("autofunc"), dynamic=fwd.dynamic
         )
-        _check_calls(program, fn, contextlib.nullcontext, aliasing=False, calls=calls)
+        _check_calls(fwd, fn, contextlib.nullcontext, aliasing=False, calls=calls)
         seen += [h for gm in captured.modules for h in builtin_hops(gm)]
     return seen
 
