@@ -176,9 +176,13 @@ def check_op(op: OpOverload) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
 def resolve(name: str) -> OpOverload:
-    """``"ns::name.overload"`` -> the OpOverload (the HOPs carry ops by this name)."""
+    """``"ns::name.overload"`` -> the OpOverload (the HOPs carry ops by this name).
+
+    Not cached: a library that is destroyed and defines the op again (a test fixture, a
+    reloaded module) frees the old operator handle, and calling a stale OpOverload crashes the
+    process. ``torch.ops`` lookups are a dictionary access each.
+    """
     ns, rest = name.split("::", 1)
     op_name, _, overload = rest.partition(".")
     packet = getattr(getattr(torch.ops, ns), op_name)

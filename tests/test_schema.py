@@ -287,3 +287,48 @@ def test_supported_kinds_compile(lib, schema, impl, call, strategy):
     assert f"torch.ops.higher_order.autofunc_{strategy}('{name}.default'" in captured.functional[0]
     torch.testing.assert_close(got, fn(x, y))
     assert not torch.equal(got, x)
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+def test_op_defined_again_after_its_library_is_destroyed(strategy):
+    # A library destroyed and defined again (a per-test fixture, a reloaded module) frees the old
+    # operator handle: the HOPs carry the op by name and must resolve it to the live handle. A
+    # cached OpOverload called the freed handle and crashed the process (CI, exit 139).
+    import gc
+
+    from autofunc.schema import resolve
+
+    def define(k):
+        lib = torch.library.Library("aftest_redefined", "FRAGMENT")
+        lib.define("op(Tensor(a!) x) -> ()")
+
+        def impl(x):
+            x.add_(k)
+
+        lib.impl("op", impl, "CompositeExplicitAutograd")
+        return lib
+
+    def run():
+        op = torch.ops.aftest_redefined.op.default
+
+        def fn(x):
+            y = x + 0
+            op(y)
+            return y
+
+        with autofunc.register(op, strategy=strategy):
+            return torch.compile(fn, backend="aot_eager", fullgraph=True)(torch.zeros(3))
+
+    lib = define(1)
+    torch.testing.assert_close(run(), torch.full((3,), 1.0))
+    lib._destroy()
+    del lib
+    gc.collect()
+    torch._dynamo.reset()
+    lib = define(2)
+    try:
+        # The live handle, never one from the destroyed library.
+        assert resolve("aftest_redefined::op.default")._op is torch.ops.aftest_redefined.op.default._op
+        torch.testing.assert_close(run(), torch.full((3,), 2.0))
+    finally:
+        lib._destroy()
