@@ -71,6 +71,13 @@ def contiguous_or_false(t: torch.Tensor) -> bool:
     return True
 
 
+def overlaps_itself(t: torch.Tensor) -> bool:
+    """Whether two of ``t``'s elements are statically known to share a memory location: a
+    dimension of stride 0 and more than one element (an ``expand``). The test PyTorch's in-place
+    ops apply before they refuse to write; it installs no guard."""
+    return any(known(st == 0) and known(n > 1) for n, st in zip(t.shape, t.stride()))
+
+
 class Arith(Protocol):
     """Integer arithmetic over some representation of ints (values, or FX nodes)."""
 

@@ -176,7 +176,7 @@ class FuzzProgram:
     def inputs_source(self) -> str:
         lines = [f"torch.manual_seed({self.input_seed})"]
         lines += [f"{p} = {e}" for p, e in zip(self.params, self.inputs)]
-        lines.append(f"return ({', '.join(self.params)},)")
+        lines.append(f"return ({', '.join(self.params)},)" if self.params else "return ()")
         return "def make_inputs():\n" + textwrap.indent("\n".join(lines), "    ") + "\n"
 
     def full_source(self) -> str:

@@ -18,7 +18,7 @@ from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .. import views
-from ..symbolic import Arith, contiguous_or_false, copy_extent, is_symbolic
+from ..symbolic import Arith, contiguous_or_false, copy_extent, is_symbolic, overlaps_itself
 from .alias import VIEW_OPS
 
 __all__ = [
@@ -98,9 +98,20 @@ def emit_clone(
     ``pin_layout``). Symbolic sizes and strides are passed as nodes (``geometry_of``), never as
     SymInt constants, and a contiguity that cannot be decided without a guard takes the span
     copy (Note [Undecided geometry]).
+
+    Note [A buffer that overlaps itself]
+    A value the graph computes can reach the pass as an ``expand`` (stride 0): Inductor's
+    joint-graph patterns rewrite, for example, ``zeros(...).cumsum(1)`` into an expanded
+    ``iota``, where eager computed a dense tensor. No copy with those strides can be written (two
+    elements share one location), so it is copied densely (``clone``, contiguous), which is the
+    tensor eager had. A graph input that overlaps itself is the caller's own tensor and keeps
+    the exact copy.
     """
     val = src.meta["val"]
-    if contiguous_or_false(val) and not (aliased and ctx.for_inductor):
+    if overlaps_itself(val) and src.op != "placeholder":
+        # Note [A buffer that overlaps itself]: a dense copy, not one with these strides.
+        node = emit(ctx, _aten.clone.default, (src,), {"memory_format": torch.contiguous_format})
+    elif contiguous_or_false(val) and not (aliased and ctx.for_inductor):
         node = emit(ctx, _aten.clone.default, (src,))
     elif direct and not aliased and src.op == "call_function" and src.target in VIEW_OPS:
         # A view copied into a fresh buffer: Inductor lowers this copy_ as a new pointwise

@@ -38,6 +38,7 @@ from .emit import (
     pin_layout,
 )
 from ..regions import Region, overlaps
+from ..symbolic import overlaps_itself
 from .report import CallReport, Decision, Reason, Report
 
 __all__ = ["reinplace", "HOP_STRATEGY"]
@@ -225,6 +226,10 @@ def _decide(
     root = analysis.root[analysis.version[buf.node]]
     if root.op == "get_attr":
         return Reason.CONSTANT, root.name
+    if buf.node.op != "placeholder" and overlaps_itself(buf.node.meta["val"]):
+        # Note [A buffer that overlaps itself] in emit.py: writing it in place would write
+        # several elements into one location.
+        return Reason.OVERLAPS_ITSELF, buf.node.name
     written = _written(analysis, buf)
     for other in bufs:
         if other is not buf and analysis.may_overlap(

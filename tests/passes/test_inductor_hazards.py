@@ -210,3 +210,38 @@ def test_as_strided_of_a_view_reads_the_whole_buffer(fuzz_strategy):
     finally:
         for r in regs:
             r.remove()
+
+
+# -- a buffer Inductor turned into an expand (fuzz seed 20261126 #226) ------------------------
+
+
+def cumsum_of_zeros_read_by_the_call(t):
+    r = torch.zeros((2, 6, 4), dtype=torch.float64).cumsum(1)
+    fuzz.m2(t, r, r)  # r is written and read by one call
+    return r.sum() * 0.5, r
+
+
+def cumsum_of_zeros_written(t):
+    r = torch.zeros((2, 6, 4), dtype=torch.float64).cumsum(1)
+    fuzz.m2(t, r, t)
+    return r
+
+
+@pytest.mark.parametrize(
+    "fn", [cumsum_of_zeros_read_by_the_call, cumsum_of_zeros_written], ids=["read", "written"]
+)
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_buffer_that_overlaps_itself(fuzz_strategy, fn):
+    # Inductor's joint-graph patterns rewrite zeros(...).cumsum(1) as an expanded iota (stride
+    # 0): the clone with those strides could not be written ("more than one element of the
+    # written-to tensor refers to a single memory location"), and writing it in place broke the
+    # scheduler (Note [A buffer that overlaps itself]).
+    regs = [autofunc.register(op, strategy=fuzz_strategy) for op in fuzz.OPS]
+    try:
+        with autofunc.inductor.collect_reports() as reports:
+            check_inductor(fn, torch.arange(48.0, dtype=torch.float64).view(2, 6, 4))
+        reasons = [d.reason for r in reports for d in r.decisions]
+        assert autofunc.Reason.OVERLAPS_ITSELF in reasons
+    finally:
+        for r in regs:
+            r.remove()
