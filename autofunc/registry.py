@@ -107,7 +107,9 @@ def registered_strategy(op: OpOverload | str) -> str | None:
     return _strategy.get(op if isinstance(op, str) else qualname(op))
 
 
-def register(op: Any, *, strategy: str = "v2") -> Registration:
+def register(
+    op: Any, *, strategy: str = "v2", cpp_functionalize: bool | None = None
+) -> Registration:
     """Functionalize ``op`` with autofunc's HOP of ``strategy`` from now on.
 
     Args:
@@ -115,6 +117,10 @@ def register(op: Any, *, strategy: str = "v2") -> Registration:
             ``OpOverloadPacket`` (all of its overloads) or a name ``"ns::name"`` /
             ``"ns::name.overload"``.
         strategy: ``"v1"`` (clone every mutable argument) or ``"v2"`` (clone their bases).
+        cpp_functionalize: whether to install the op's ``Functionalize``-key kernel, which C++
+            functionalization (``torch.func.functionalize``) needs. ``None`` (the default):
+            for ops that return nothing; an op that returns tensors gets it only when asked
+            (Note [The Functionalize kernel and Inductor]).
 
     Returns:
         A :class:`Registration`; its ``remove()`` restores PyTorch's default handling. Registering
@@ -129,7 +135,7 @@ def register(op: Any, *, strategy: str = "v2") -> Registration:
     gen = next(_generation)
     first_time = False
     for info in infos:
-        first_time |= _route(info)
+        first_time |= _route(info, cpp_functionalize)
         _set_strategy(info.qualname, strategy)
         _owner[info.qualname] = gen
         log.debug("registered %s with strategy %s", info.qualname, strategy)
@@ -164,10 +170,11 @@ def override(strategy: str | None, ops: Iterable[Any] = ()):
     added_kernels = []
     try:
         for info in infos:
-            if strategy is not None and info.qualname not in _kernel_libs:
-                added_kernels.append(info.qualname)
             if strategy is not None:
-                _route(info)
+                had_kernel = info.qualname in _kernel_libs
+                _route(info, True if had_kernel else None)
+                if not had_kernel and info.qualname in _kernel_libs:
+                    added_kernels.append(info.qualname)
             _set_strategy(info.qualname, strategy)
         if strategy is not None:
             _install_pass()
@@ -194,16 +201,33 @@ def _infos(op: Any, who: str, strategy: str) -> list[OpInfo]:
     return [op_info(o) for one in ops for o in _overloads(one)]
 
 
-def _route(info: OpInfo) -> bool:
-    """Install autofunc's dispatch rule and Functionalize kernel for ``info.op`` (idempotent).
-    Returns whether the rule was installed just now, for the first time."""
+def _route(info: OpInfo, cpp_functionalize: bool | None = None) -> bool:
+    """Install autofunc's dispatch rule and, where wanted, its Functionalize kernel for
+    ``info.op`` (idempotent). Returns whether the rule was installed just now, for the first
+    time."""
     first = info.qualname not in _rule_installed
     if first:
         _install_rule(info.op)
         _rule_installed.add(info.qualname)
-    if info.qualname not in _kernel_libs:
+    if not _wants_functionalize_kernel(info, cpp_functionalize):
+        lib = _kernel_libs.pop(info.qualname, None)
+        if lib is not None:
+            lib._destroy()
+    elif info.qualname not in _kernel_libs:
         _kernel_libs[info.qualname] = _install_functionalize_kernel(info.op)
     return first
+
+
+# Note [The Functionalize kernel and Inductor]
+# C++ functionalization (``torch.func.functionalize``) reaches an op only through a kernel for
+# the ``Functionalize`` dispatch key; PyTorch's built-in installs none (it refuses mutable
+# custom ops there). But Inductor reads that kernel's presence as "this op may not be
+# auto-functionalizable" and then treats every output of the op as an alias of its mutable
+# inputs: the output's buffer is never reused in place and the mutated buffer lives as long as
+# the output. For an op that returns nothing this costs nothing, so it gets the kernel; an op
+# that returns tensors gets it only with ``cpp_functionalize=True``.
+def _wants_functionalize_kernel(info: OpInfo, cpp_functionalize: bool | None) -> bool:
+    return info.num_returns == 0 if cpp_functionalize is None else cpp_functionalize
 
 
 # Note [Backend hooks]
@@ -225,7 +249,9 @@ def _install_pass() -> None:
         hook()
 
 
-def functionalize(op: Any = None, *, strategy: str = "v2") -> Any:
+def functionalize(
+    op: Any = None, *, strategy: str = "v2", cpp_functionalize: bool | None = None
+) -> Any:
     """Decorator form of :func:`register`, stacked on ``@torch.library.custom_op``::
 
         @autofunc.functionalize(strategy="v2")
@@ -236,7 +262,7 @@ def functionalize(op: Any = None, *, strategy: str = "v2") -> Any:
     """
 
     def wrap(o: Any) -> Any:
-        handle = register(o, strategy=strategy)
+        handle = register(o, strategy=strategy, cpp_functionalize=cpp_functionalize)
         try:
             o.autofunc_registration = handle
         except AttributeError:

@@ -18,6 +18,9 @@ PROGRAMS = {
     # v2 is wrong here); a same-dtype cache[1].view(torch.float32) write
     "kv_fp8_layers": 0,
     "cache_same_dtype_view": 0,
+    # the op returns a tensor: Inductor reuses its buffer for ``s * 2``, as under the built-in
+    # (Note [The Functionalize kernel and Inductor]); the clone is the program's own
+    "returns_and_mutates": 1,
 }
 
 

@@ -13,6 +13,7 @@ from torch._higher_order_ops.auto_functionalize import (
     auto_functionalized_v2,
 )
 from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch._inductor.utils import run_and_get_code
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import autofunc
@@ -169,6 +170,57 @@ def test_register_routes_torch_func_functionalize(strategy):
     x_before = x.clone()
     torch.testing.assert_close(gm(x, y), fn(x_before, y))
     assert torch.equal(x, x_before)
+
+
+_ADD_AND_SUM = "autofunc_corpus::add_and_sum.default"
+
+
+def _has_functionalize_kernel(name: str) -> bool:
+    name = name.removesuffix(".default")
+    return torch._C._dispatch_has_kernel_for_dispatch_key(name, "Functionalize")
+
+
+def test_op_returning_tensors_gets_no_functionalize_kernel_by_default():
+    # Note [The Functionalize kernel and Inductor]: with the kernel, Inductor treats the op's
+    # output as an alias of its mutable input and never reuses the output's buffer.
+    def fn(x, y):
+        buf = x.clone()
+        s = corpus.add_and_sum(buf[1], y)
+        return buf, s * 2
+
+    assert not _has_functionalize_kernel(_ADD_AND_SUM)
+    with autofunc.register(corpus.add_and_sum, strategy="v2"):
+        assert not _has_functionalize_kernel(_ADD_AND_SUM)
+        with autofunc.override("v1"):  # override keeps the choice
+            assert not _has_functionalize_kernel(_ADD_AND_SUM)
+        x, y = torch.randn(3, 4), torch.randn(4)
+        # Inductor reuses the op's output buffer for ``s * 2``, as under PyTorch's built-in.
+        code = "\n".join(run_and_get_code(torch.compile(fn), x, y)[1])
+        assert "# reuse" in code
+    with autofunc.register(corpus.add_, strategy="v2"):  # returns nothing: gets the kernel
+        assert _has_functionalize_kernel(_ADD)
+    assert not _has_functionalize_kernel(_ADD)
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+def test_cpp_functionalize_of_an_op_returning_tensors_on_request(strategy):
+    def fn(x, y):
+        buf = x.clone()
+        s = corpus.add_and_sum(buf[1], y)
+        return buf, s
+
+    x, y = torch.randn(3, 4), torch.randn(4)
+    reg = autofunc.register(corpus.add_and_sum, strategy=strategy, cpp_functionalize=True)
+    with reg:
+        assert _has_functionalize_kernel(_ADD_AND_SUM)
+        gm = make_fx(torch.func.functionalize(fn))(x, y)
+        assert same_result(torch.func.functionalize(fn)(x, y), fn(x, y))
+        # Registering again without asking drops the kernel.
+        autofunc.register(corpus.add_and_sum, strategy=strategy).remove()
+        assert not _has_functionalize_kernel(_ADD_AND_SUM)
+    hops = [n.target for n in gm.graph.nodes if n.target in _AUTOFUNC_HOPS.values()]
+    assert hops == [_AUTOFUNC_HOPS[strategy]]
+    assert same_result(gm(x, y), fn(x, y))
 
 
 # -- the decorator -------------------------------------------------------------------------------
