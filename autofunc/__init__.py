@@ -2,13 +2,13 @@
 
 Public API:
 
-* :func:`register` / :func:`functionalize` / :func:`override` (temporarily): route an op's functionalization to autofunc's
-  v1 or v2 HOP (:data:`auto_functionalized_v1`, :data:`auto_functionalized_v2`).
+* :func:`register` / :func:`functionalize` / :func:`override` (temporarily): route an op's
+  functionalization to autofunc's v1 or v2 HOP (:data:`auto_functionalized_v1`, :data:`auto_functionalized_v2`).
 * :func:`reinplace`: the re-inplace pass on any FX graph; returns a :class:`Report`.
 * :func:`explain`: compile a function and report where every mutable buffer went.
 """
 
-from .errors import AutofuncError, UnsupportedOpError
+from .errors import AutofuncError, GraphError, MalformedViewsError, UnsupportedOpError
 from . import inductor as _inductor  # noqa: F401 - hooks the Inductor pass into the registry
 from .explain import explain
 from .hops.v1 import auto_functionalized_v1
@@ -19,6 +19,8 @@ from .registry import Registration, functionalize, override, register
 
 __all__ = [
     "AutofuncError",
+    "GraphError",
+    "MalformedViewsError",
     "UnsupportedOpError",
     "auto_functionalized_v1",
     "auto_functionalized_v2",

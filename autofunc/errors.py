@@ -6,11 +6,19 @@ one is at fault, the argument. Internal invariants use ``AssertionError`` instea
 
 from __future__ import annotations
 
-__all__ = ["AutofuncError", "UnsupportedOpError"]
+__all__ = ["AutofuncError", "GraphError", "MalformedViewsError", "UnsupportedOpError"]
 
 
 class AutofuncError(ValueError):
     """Base class of the errors autofunc raises for bad user input."""
+
+
+class GraphError(AutofuncError):
+    """A graph handed to :func:`autofunc.reinplace` that it cannot analyse (no fake values)."""
+
+
+class MalformedViewsError(AutofuncError):
+    """A v2 HOP call whose ``_views`` does not decode against its op's schema."""
 
 
 class UnsupportedOpError(AutofuncError, TypeError):

@@ -1,8 +1,7 @@
 """What autofunc supports: the mutable-argument layout of an op, read off its schema.
 
 ``op_info(op)`` returns an :class:`OpInfo` or raises :class:`UnsupportedOpError` naming the op and
-the argument at fault; ``check_op(op)`` returns that error's reason (or ``None``) instead of
-raising. Nothing here imports HOP, FX or Inductor modules.
+the argument at fault. Nothing here imports HOP, FX or Inductor modules.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from torch._ops import OpOverload
 
 from .errors import UnsupportedOpError
 
-__all__ = ["ArgKind", "MutableArg", "OpInfo", "RESERVED_KWARGS", "op_info", "check_op", "resolve"]
+__all__ = ["ArgKind", "MutableArg", "OpInfo", "RESERVED_KWARGS", "op_info", "resolve"]
 
 # Keyword names the HOPs use for their own bookkeeping; an op argument may not be called this.
 RESERVED_KWARGS = ("_op", "_bases", "_views")
@@ -165,15 +164,6 @@ def op_info(op: OpOverload) -> OpInfo:
             set, an argument named like a HOP keyword, or no mutable argument at all.
     """
     return _check(op)
-
-
-def check_op(op: OpOverload) -> str | None:
-    """The reason autofunc cannot handle ``op``, or ``None`` when it can."""
-    try:
-        op_info(op)
-    except UnsupportedOpError as e:
-        return str(e)
-    return None
 
 
 def resolve(name: str) -> OpOverload:

@@ -14,12 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
-try:
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-except ImportError:  # pragma: no cover - very old torch
-
-    def statically_known_true(x):  # type: ignore[misc]
-        return x if isinstance(x, bool) else False
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 __all__ = [
     "Arith",

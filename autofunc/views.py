@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import torch
 
+from .errors import MalformedViewsError
 from .symbolic import known as _known
 
 
@@ -764,9 +765,9 @@ def read_chain(wire: Sequence, pos: int = 0) -> tuple[ViewChain, int]:
                 steps.append(AsStrided(tuple(size), tuple(stride), wire[pos + 2 * ndim]))
                 pos += 2 * ndim + 1
             else:
-                raise ValueError(f"unknown view-chain step tag {tag!r} at {pos - 1} in {wire!r}")
+                raise MalformedViewsError(f"unknown view-chain step tag {tag!r} at {pos - 1} in {wire!r}")
     except (IndexError, TypeError) as e:
-        raise ValueError(f"malformed view chain at {pos} in {wire!r}") from e
+        raise MalformedViewsError(f"malformed view chain at {pos} in {wire!r}") from e
     return ViewChain(tuple(steps)), pos
 
 
@@ -780,11 +781,11 @@ def decode_chain(wire: Sequence) -> ViewChain:
         The decoded chain.
 
     Raises:
-        ValueError: On an unknown step tag, a truncated entry or trailing values.
+        MalformedViewsError: On an unknown step tag, a truncated entry or trailing values.
     """
     chain, end = read_chain(wire, 0)
     if end != len(wire):
-        raise ValueError(f"trailing values after a view chain: {wire!r}")
+        raise MalformedViewsError(f"trailing values after a view chain: {wire!r}")
     return chain
 
 
@@ -813,5 +814,5 @@ def _dtype_of_code(code: Any) -> torch.dtype:
     name = _WIRE_DTYPES[code] if isinstance(code, int) and 0 <= code < len(_WIRE_DTYPES) else None
     dtype = getattr(torch, name, None) if name else None
     if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"unknown dtype code {code!r} in a view chain")
+        raise MalformedViewsError(f"unknown dtype code {code!r} in a view chain")
     return dtype

@@ -10,7 +10,7 @@ import torch
 
 import autofunc
 from autofunc.registry import registered_strategy
-from autofunc.schema import ArgKind, check_op, op_info
+from autofunc.schema import ArgKind, op_info
 from autofunc.testing import compile_capture
 
 _counter = itertools.count()
@@ -154,15 +154,6 @@ def test_one_bad_overload_rejects_the_whole_packet(lib):
         autofunc.register(name)
     assert registered_strategy(f"{name}.default") is None
     assert registered_strategy(f"{name}.bad") is None
-
-
-def test_check_op_returns_the_reason_instead_of_raising(lib):
-    _define(lib, "good(Tensor(a!) x) -> ()")
-    bad = _define(lib, "bad(Tensor x) -> ()")
-    ns = getattr(torch.ops, lib.ns_name)
-    assert check_op(ns.good.default) is None
-    reason = check_op(ns.bad.default)
-    assert reason is not None and f"{bad}.default" in reason and "mutates no argument" in reason
 
 
 # -- bad register() arguments -------------------------------------------------------------------

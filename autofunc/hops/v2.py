@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .. import regions, views
-from ..errors import AutofuncError
+from ..errors import AutofuncError, MalformedViewsError
 from ..schema import ArgKind, OpInfo, op_info, resolve
 from .common import (
     AutofuncHOP,
@@ -128,9 +128,9 @@ def decode_views(info: OpInfo, wire: Sequence) -> dict[str, ViewsEntry]:
         elif len(arg_views) == 1:
             out[arg.name] = arg_views[0]
         else:
-            raise ValueError(f"_views gives {count} tensors for {arg.name} of {info.qualname}")
+            raise MalformedViewsError(f"_views gives {count} tensors for {arg.name} of {info.qualname}")
     if pos != len(wire):
-        raise ValueError(f"trailing values in _views of {info.qualname}: {wire!r}")
+        raise MalformedViewsError(f"trailing values in _views of {info.qualname}: {wire!r}")
     return out
 
 

@@ -18,6 +18,7 @@ from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .. import views
+from ..errors import GraphError
 from ..symbolic import Arith, contiguous_or_false, copy_extent, is_symbolic, overlaps_itself
 from .alias import VIEW_OPS
 
@@ -55,7 +56,7 @@ def fake_values(x: Any) -> Any:
 def fake_mode_of(vals: list[Any]) -> FakeTensorMode:
     mode = detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)])
     if mode is None:
-        raise ValueError("autofunc.reinplace needs fake tensors in meta['val']")
+        raise GraphError("autofunc.reinplace needs fake tensors in meta['val']")
     return mode
 
 

@@ -23,6 +23,7 @@ from .. import views
 from ..hops.common import unpack_outputs
 from ..hops.v1 import auto_functionalized_v1, mutable_slots
 from ..hops.v2 import Distinct, _rebase, auto_functionalized_v2, decode_views
+from ..errors import GraphError
 from ..schema import ArgKind, OpInfo, op_info, resolve
 from .alias import SCATTER_VIEWS, VIEW_OPS, AliasAnalysis
 from .emit import (
@@ -619,7 +620,7 @@ def _check_vals(hops: list[fx.Node]) -> None:
     for hop in hops:
         for arg in hop.all_input_nodes:
             if not isinstance(arg.meta.get("val"), (FakeTensor, torch.SymInt, int)):
-                raise ValueError(
+                raise GraphError(
                     f"autofunc.reinplace needs fake values in meta['val'] (node {arg.name}, an "
                     f"input of {hop.name}, has none); run FakeTensorProp on the graph first"
                 )
