@@ -66,7 +66,11 @@ class Slice:
 class AsStrided:
     """``aten.as_strided.default(t, size, stride, storage_offset)``: the last resort.
 
-    The offset is absolute (relative to the storage), like ``Tensor.storage_offset()``.
+    The offset is absolute (counted from the start of the storage, like
+    ``Tensor.storage_offset()``) in a chain applied to the tensor it was inferred from. The
+    chains a HOP carries (``hops.v2.ArgView``, ``hops.adapter.Slot``) count it from their base's
+    own offset instead (Note [Relative chains] in hops/adapter.py); ``ViewChain.shifted``
+    converts one into the other.
     """
 
     size: tuple[IntLike, ...]
@@ -224,6 +228,18 @@ class ViewChain:
     def uses_as_strided(self) -> bool:
         """Whether any step is an ``as_strided`` (the last-resort fallback)."""
         return any(isinstance(step, AsStrided) for step in self.steps)
+
+    def shifted(self, delta: IntLike) -> "ViewChain":
+        """The chain with every ``AsStrided`` offset moved by ``delta`` elements: a chain
+        relative to a base's own offset, shifted by that offset, is absolute (and back with
+        ``-offset``). Other steps do not depend on the offset."""
+        if not self.uses_as_strided:
+            return self
+        steps = tuple(
+            AsStrided(s.size, s.stride, s.storage_offset + delta) if isinstance(s, AsStrided) else s
+            for s in self.steps
+        )
+        return ViewChain(steps)
 
     def apply(self, base: torch.Tensor) -> torch.Tensor:
         """Applies the steps to ``base`` with ATen view ops.

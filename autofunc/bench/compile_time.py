@@ -138,9 +138,9 @@ def _install_timers() -> _Timers:
     from torch._inductor.fx_passes import post_grad
 
     from .. import inductor
-    from ..passes.reinplace import HOP_STRATEGY
+    from ..hops.adapter import mutation_targets
 
-    builtin, ours = (auto_functionalized, auto_functionalized_v2), tuple(HOP_STRATEGY)
+    builtin, ours = (auto_functionalized, auto_functionalized_v2), mutation_targets()
     timers = _Timers()
     timers.wrap(inductor, "reinplace", "autofunc_pass", lambda gm, **_: _count(gm.graph, ours))
     timers.wrap(

@@ -10,7 +10,9 @@ from typing import Any
 
 import torch
 
+from .. import views
 from ..schema import ArgKind, OpInfo, resolve, op_info
+from .adapter import Mutation, Slot, register_adapter
 from .common import (
     AutofuncHOP,
     clone_exact,
@@ -92,3 +94,23 @@ def functionalize_v1(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
 
 
 register_rules(auto_functionalized_v1, _v1_dense)
+
+
+class V1Adapter:
+    """Reads an ``autofunc_v1`` call for the re-inplace pass: one buffer per mutable tensor,
+    which the op receives as it is (``hops.adapter``)."""
+
+    strategy = "v1"
+
+    def read(self, node: Any) -> Mutation:
+        info = op_info(resolve(node.args[0]))
+        kwargs = dict(node.kwargs)
+        for arg in info.mutable_args:
+            value = kwargs[arg.name]
+            kwargs[arg.name] = [None] * len(value) if isinstance(value, (list, tuple)) else None
+        found = mutable_slots(info, node.kwargs)
+        slots = tuple(Slot(name, i, k, views.ViewChain()) for k, (name, i, _) in enumerate(found))
+        return Mutation(info, self.strategy, tuple(t for _, _, t in found), slots, kwargs)
+
+
+register_adapter(auto_functionalized_v1, V1Adapter())

@@ -173,7 +173,7 @@ def emit_view(ctx: Any, base: fx.Node, chain: views.ViewChain) -> fx.Node:
 # Note [A fresh alias Inductor keeps]
 # Inductor lowers ``aten.alias`` (and any view with its buffer's own layout) to the buffer
 # itself, so generated code would pass one tensor object where eager passes two aliases of one
-# storage (Note [Arguments keep their identity] in hops/v2.py). ``autofunc::fresh_alias`` is an
+# storage (Note [Arguments keep their identity] in hops/common.py). ``autofunc::fresh_alias`` is an
 # opaque op with an aliasing schema: Inductor calls it as an extern kernel and passes its
 # result, a new tensor object over the same memory. Only the second and later identical
 # arguments of a call use it; the first is the buffer itself, so Inductor still sees the op

@@ -20,11 +20,10 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .. import views
-from ..hops.common import unpack_outputs
-from ..hops.v1 import auto_functionalized_v1, mutable_slots
-from ..hops.v2 import Distinct, _rebase, auto_functionalized_v2, decode_views
+from .. import hops as _hops  # noqa: F401 - registers the v1 and v2 adapters
+from ..hops.adapter import Mutation, adapter_for
+from ..hops.common import Distinct, unpack_outputs
 from ..errors import GraphError
-from ..schema import ArgKind, OpInfo, op_info, resolve
 from .alias import SCATTER_VIEWS, VIEW_OPS, AliasAnalysis
 from .emit import (
     NO_VAL,
@@ -42,15 +41,9 @@ from ..regions import Region, overlaps
 from ..symbolic import overlaps_itself
 from .report import CallReport, Decision, Reason, Report
 
-__all__ = ["reinplace", "HOP_STRATEGY"]
+__all__ = ["reinplace"]
 
 log = logging.getLogger("autofunc.reinplace")
-
-# The HOPs this pass rewrites, and the strategy each implements.
-HOP_STRATEGY = {
-    auto_functionalized_v1: "v1",  # one buffer per mutable tensor
-    auto_functionalized_v2: "v2",  # one buffer per base
-}
 
 _aten = torch.ops.aten
 
@@ -101,11 +94,14 @@ def reinplace(
     Returns:
         A :class:`Report` with one :class:`CallReport` per HOP call.
     """
-    hops = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in HOP_STRATEGY]
+    hops = [
+        n for n in gm.graph.nodes if n.op == "call_function" and adapter_for(n.target) is not None
+    ]
     report = Report(graph=type(gm).__name__)
     if not hops:
         return report
     _check_vals(hops)
+    mutations = {n: adapter_for(n.target).read(n) for n in hops}
     if for_inductor:
         _keep_old_copy_sources(gm.graph)
         _as_strided_of_roots(gm.graph)
@@ -115,7 +111,7 @@ def reinplace(
             gm.graph, lazy_reader=_lazy_under_inductor if for_inductor else None
         ),
         epilogue=_epilogue_copies(gm.graph),
-        finals=_final_versions(hops),
+        finals=_final_versions(hops, mutations),
         outputs=_output_nodes(gm.graph),
         fake_mode=fake_mode_of([n.meta.get("val") for n in gm.graph.nodes]),
         enable=enable,
@@ -123,7 +119,8 @@ def reinplace(
         for_inductor=for_inductor,
     )
     for node in hops:
-        report.calls.append(_rewrite_call(ctx, node))
+        # Read again: rewriting an earlier call replaced the nodes this one takes.
+        report.calls.append(_rewrite_call(ctx, node, adapter_for(node.target).read(node)))
     _remove_self_copies(gm.graph)
     if for_inductor:
         _separate_outputs_from_inputs(ctx)
@@ -157,29 +154,16 @@ class _Buffer:
     node: fx.Node
     out_index: int  # index into the HOP's flat outputs
     args: list[str]  # labels of the mutable arguments regenerated from it
-    chains: list[views.ViewChain]  # the (offset-relative) chain of each
+    chains: list[views.ViewChain]  # the chain of each, relative (Note [Relative chains])
     written: list[Region] | None = None  # memo of _written()
 
 
-def _buffers(node: fx.Node, info: OpInfo) -> list[_Buffer]:
-    if node.target is auto_functionalized_v2:
-        bases = node.kwargs["_bases"]
-        bufs = [_Buffer(b, info.num_returns + i, [], []) for i, b in enumerate(bases)]
-        for name, view in decode_views(info, node.kwargs["_views"]).items():
-            items = view if isinstance(view, list) else [view]
-            for i, v in enumerate(items):
-                if v is not None:
-                    label = f"{name}[{i}]" if isinstance(view, list) else name
-                    bufs[v.base_index].args.append(label)
-                    bufs[v.base_index].chains.append(v.chain)
-        return bufs
-    slots = mutable_slots(info, node.kwargs)
-    return [
-        _Buffer(
-            t, info.num_returns + k, [name if i is None else f"{name}[{i}]"], [views.ViewChain()]
-        )
-        for k, (name, i, t) in enumerate(slots)
-    ]
+def _buffers(m: Mutation) -> list[_Buffer]:
+    bufs = [_Buffer(b, m.info.num_returns + i, [], []) for i, b in enumerate(m.buffers)]
+    for slot in m.slots:
+        bufs[slot.buffer].args.append(slot.label)
+        bufs[slot.buffer].chains.append(slot.relative_chain)
+    return bufs
 
 
 def _written(analysis: AliasAnalysis, buf: _Buffer) -> list[Region]:
@@ -191,7 +175,7 @@ def _written(analysis: AliasAnalysis, buf: _Buffer) -> list[Region]:
         buf.written = [
             analysis.region_of_geometry(
                 buf.node,
-                _rebase(_values(c), geom[2]).geometry(*geom, itemsize=itemsize),
+                _values(c).shifted(geom[2]).geometry(*geom, itemsize=itemsize),
                 c.dtype(val.dtype).itemsize,  # Note [Dtype views]: regions are in bytes
             )
             for c in buf.chains
@@ -216,7 +200,7 @@ def _values(chain: views.ViewChain) -> views.ViewChain:
 
 
 def _decide(
-    ctx: _Pass, node: fx.Node, info: OpInfo, buf: _Buffer, bufs: list[_Buffer]
+    ctx: _Pass, node: fx.Node, m: Mutation, buf: _Buffer, bufs: list[_Buffer]
 ) -> tuple[Reason, str]:
     """Whether ``buf`` may be written in place (Reason.INPLACE) or why it must be cloned."""
     analysis = ctx.analysis
@@ -237,7 +221,7 @@ def _decide(
             other.node, _written(analysis, other), buf.node, written
         ):
             return Reason.SAME_BUFFER_TWICE, f"with {other.node.name}"
-    for arg in _other_tensor_args(node, info):
+    for arg in _other_tensor_args(m):
         if analysis.may_overlap(arg, [analysis.region(arg)], buf.node, written):
             return Reason.READ_BY_CALL, arg.name
     if root.op == "placeholder" and buf.node is not root:
@@ -457,14 +441,10 @@ def _output_nodes(graph: fx.Graph) -> list[fx.Node]:
     return [a for a in pytree.tree_leaves(out.args) if isinstance(a, fx.Node)]
 
 
-def _other_tensor_args(node: fx.Node, info: OpInfo) -> list[fx.Node]:
+def _other_tensor_args(m: Mutation) -> list[fx.Node]:
     """The tensors the call reads besides its buffers (a buffer node may appear here too: that
     is exactly the aliasing this check exists for)."""
-    skip = {"_bases", "_views"} | (
-        set() if node.target is auto_functionalized_v2 else set(info.mutable_names)
-    )
-    args = {k: v for k, v in node.kwargs.items() if k not in skip}
-    return [a for a in pytree.tree_leaves(args) if isinstance(a, fx.Node)]
+    return [a for a in pytree.tree_leaves(m.kwargs) if isinstance(a, fx.Node)]
 
 
 def _epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
@@ -477,7 +457,9 @@ def _epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     return out
 
 
-def _final_versions(hops: list[fx.Node]) -> dict[tuple[fx.Node, int], fx.Node | None]:
+def _final_versions(
+    hops: list[fx.Node], mutations: dict[fx.Node, Mutation]
+) -> dict[tuple[fx.Node, int], fx.Node | None]:
     """(HOP, output index) -> the last version of that buffer along a chain of HOP calls that
     each take the previous one's output as a buffer (layer after layer of a KV cache)."""
     outputs = {}  # (hop, index) -> getitem node
@@ -489,7 +471,7 @@ def _final_versions(hops: list[fx.Node]) -> dict[tuple[fx.Node, int], fx.Node | 
                 per_hop.setdefault(hop, []).append((hop, user.args[1]))
     consumer = {}  # getitem node -> (hop, index) of the call that takes it as a buffer
     for hop in hops:
-        for buf in _buffers(hop, op_info(resolve(hop.args[0]))):
+        for buf in _buffers(mutations[hop]):
             consumer.setdefault(buf.node, (hop, buf.out_index))
     finals: dict[tuple[fx.Node, int], fx.Node | None] = {}
     for hop in reversed(hops):  # a consumer comes later in the graph, so it is done first
@@ -502,15 +484,15 @@ def _final_versions(hops: list[fx.Node]) -> dict[tuple[fx.Node, int], fx.Node | 
 # -- step 3: rewrite --------------------------------------------------------------------------
 
 
-def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
-    info = op_info(resolve(node.args[0]))
-    bufs = _buffers(node, info)
+def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
+    info = m.info
+    bufs = _buffers(m)
     analysis, graph = ctx.analysis, ctx.gm.graph
     decisions, new_bufs, arg_bases = [], [], []
     outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
     with graph.inserting_before(node):
         for buf in bufs:
-            reason, detail = _decide(ctx, node, info, buf, bufs)
+            reason, detail = _decide(ctx, node, m, buf, bufs)
             decisions.append(
                 Decision(
                     tuple(buf.args),
@@ -537,7 +519,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
                 arg_bases.append(clone)
                 if out is not None:
                     analysis.track(clone, out)
-        call = _emit_call(ctx, node, info, arg_bases)
+        call = _emit_call(ctx, node, m, arg_bases)
     for index, user in outs.items():
         if index < info.num_returns:
             repl = call if info.num_returns == 1 else getitem_of(graph, call, index, user)
@@ -551,7 +533,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node) -> CallReport:
     for buf, decision in zip(bufs, decisions):
         if decision and buf.node.op != "placeholder":
             _fold_scatters(ctx, buf.node)
-    return CallReport(node.name, info.qualname, HOP_STRATEGY[node.target], decisions)
+    return CallReport(node.name, info.qualname, m.strategy, decisions)
 
 
 def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
@@ -571,31 +553,14 @@ def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
     )
 
 
-def _emit_call(ctx: _Pass, node: fx.Node, info: OpInfo, new_bufs: list[fx.Node]) -> fx.Node:
+def _emit_call(ctx: _Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]) -> fx.Node:
     """The direct op call, with each mutable argument regenerated from its (new) buffer."""
-    kwargs = {k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views")}
-    if node.target is auto_functionalized_v2:
-        # Note [Arguments keep their identity] in hops/v2.py.
-        distinct = Distinct(lambda n: emit_fresh_alias(ctx, n), lambda n: n)
-
-        def arg(v: Any) -> fx.Node:
-            return distinct(emit_view(ctx, new_bufs[v.base_index], v.chain))
-
-        for name, view in decode_views(info, node.kwargs["_views"]).items():
-            if isinstance(view, list):
-                kwargs[name] = [arg(v) for v in view]
-            else:
-                kwargs[name] = None if view is None else arg(view)
-    else:
-        it = iter(new_bufs)
-        for arg in info.mutable_args:
-            value = kwargs[arg.name]
-            if value is None:
-                continue
-            if arg.kind is ArgKind.LIST:
-                kwargs[arg.name] = [None if t is None else next(it) for t in value]
-            else:
-                kwargs[arg.name] = next(it)
+    info = m.info
+    # Note [Arguments keep their identity] in hops/common.py.
+    distinct = Distinct(lambda n: emit_fresh_alias(ctx, n), lambda n: n)
+    kwargs = m.call_kwargs(
+        [distinct(emit_view(ctx, new_bufs[s.buffer], s.relative_chain)) for s in m.slots]
+    )
     args = tuple(kwargs.pop(a.name) for a in info.op._schema.arguments if not a.kwarg_only)
     # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.
     hop_val = node.meta.get("val")

@@ -8,6 +8,7 @@ import torch
 
 import autofunc
 from autofunc import Reason
+from autofunc.hops.adapter import mutation_targets
 from autofunc.bench import corpus
 from autofunc.testing import compile_capture, count_targets, same_result
 
@@ -78,7 +79,7 @@ def _sink_after_hop(pred, hop_index=0):
     a functional graph this keeps the program's meaning: the node still reads the old value."""
 
     def move(gm):
-        hops = [n for n in gm.graph.nodes if n.target in autofunc.passes.reinplace.HOP_STRATEGY]
+        hops = [n for n in gm.graph.nodes if n.target in mutation_targets()]
         node = next(n for n in gm.graph.nodes if pred(n))
         chain, arg = [node], node.args[0]
         while arg.op == "call_function" and arg.target in (aten.select.int, aten.slice.Tensor):
