@@ -191,10 +191,7 @@ class AliasAnalysis:
         """Regions are computed on first use: most reads are never queried."""
         if read.coarse:
             return Region.everything()
-        region = self._regions.get(read.arg)
-        if region is None:
-            region = self._regions[read.arg] = self.region(read.arg)
-        return region
+        return self.region(read.arg)
 
     def _mask(self, read: _Read) -> Region | None:
         """The region of its first input that a scatter replaces (``None``: unknown)."""
@@ -237,8 +234,11 @@ class AliasAnalysis:
 
     def region(self, node: fx.Node) -> Region:
         """The region of its version that ``node`` covers."""
-        root = self.root[self.version[node]]
-        return region_of(node.meta["val"], root.meta["val"])
+        region = self._regions.get(node)
+        if region is None:
+            root = self.root[self.version[node]]
+            region = self._regions[node] = region_of(node.meta["val"], root.meta["val"])
+        return region
 
     def region_of_geometry(
         self, node: fx.Node, geom: tuple, itemsize: int | None = None

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch._guards import detect_fake_mode
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
 
 from .. import views
 from ..errors import GraphError
@@ -72,10 +72,45 @@ def emit(
     node = ctx.gm.graph.call_function(target, args, kwargs)
     if val is NO_VAL:
         fake = fake_values((args, kwargs))
-        with ctx.fake_mode:
-            val = target(*fake[0], **fake[1])
+        val = _view_val(ctx.fake_mode, target, fake[0]) if not kwargs else None
+        if val is None:
+            with ctx.fake_mode:
+                val = target(*fake[0], **fake[1])
     node.meta["val"] = val
     return node
+
+
+_META_VIEWS = frozenset(
+    {
+        _aten.select.int,
+        _aten.slice.Tensor,
+        _aten.as_strided.default,
+        _aten.view.dtype,
+        _aten.alias.default,
+    }
+)
+
+
+def _view_val(mode: FakeTensorMode, target: Any, args: tuple) -> FakeTensor | None:
+    """The fake value of a view op, computed by its meta kernel directly; ``None`` where that
+    path does not apply (then the caller dispatches through the fake mode).
+
+    Note [Fake values of emitted views]
+    The pass emits a few view nodes per call (regenerated arguments, pinned layouts), and each
+    needs ``meta["val"]``. Dispatching them through FakeTensorMode costs most of the pass's time
+    (argument hashing for its cache, output reconstruction); a view's value is only its
+    geometry over the base's fake storage, which the meta kernel computes, exactly as the fake
+    mode does inside its own dispatch. Any failure falls back to that dispatch.
+    """
+    base = args[0] if args else None
+    if target not in _META_VIEWS or type(base) is not FakeTensor or base.fake_mode is not mode:
+        return None
+    try:
+        with in_kernel_invocation_manager(mode):
+            out = target(*args)
+        return mode.fake_tensor_converter.from_meta_and_device(mode, out, base.device)
+    except Exception:  # noqa: BLE001 - an API that moved, a check that needs the mode
+        return None
 
 
 def emit_clone(

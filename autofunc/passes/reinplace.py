@@ -185,6 +185,8 @@ def _written(analysis: AliasAnalysis, buf: _Buffer) -> list[Region]:
 
 def _values(chain: views.ViewChain) -> views.ViewChain:
     """A chain read off graph kwargs holds symbolic values as nodes; use their fake values."""
+    if not any(_holds_node(s) for s in chain.steps):
+        return chain
 
     def fake(x: Any) -> Any:
         return fake_values(x)
@@ -444,7 +446,25 @@ def _output_nodes(graph: fx.Graph) -> list[fx.Node]:
 def _other_tensor_args(m: Mutation) -> list[fx.Node]:
     """The tensors the call reads besides its buffers (a buffer node may appear here too: that
     is exactly the aliasing this check exists for)."""
-    return [a for a in pytree.tree_leaves(m.kwargs) if isinstance(a, fx.Node)]
+    return [a for v in m.kwargs.values() for a in _nodes_in(v)]
+
+
+def _nodes_in(value: Any) -> list[fx.Node]:
+    if isinstance(value, fx.Node):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in _nodes_in(v)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _nodes_in(v)]
+    return []
+
+
+def _holds_node(step: Any) -> bool:
+    return any(
+        isinstance(x, fx.Node)
+        or (isinstance(x, (list, tuple)) and any(isinstance(y, fx.Node) for y in x))
+        for x in vars(step).values()
+    )
 
 
 def _epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
