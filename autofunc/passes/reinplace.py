@@ -9,9 +9,10 @@ decisions are made by querying :class:`~autofunc.passes.alias.AliasAnalysis`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import operator
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.fx as fx
@@ -41,7 +42,7 @@ from ..regions import Region, overlaps
 from ..symbolic import overlaps_itself
 from .report import CallReport, Decision, Reason, Report
 
-__all__ = ["reinplace"]
+__all__ = ["reinplace", "RULES", "Rule"]
 
 log = logging.getLogger("autofunc.reinplace")
 
@@ -80,7 +81,7 @@ def reinplace(
     not also an output (the returned tensor would be the input itself, which eager never
     returns for a fresh tensor; in a training graph AOTAutograd may also donate saved outputs
     to the backward, which would then overwrite the input). Anything unproven keeps its clone, and
-    the report says why.
+    the report says why. ``RULES`` holds these rules as (name, check) pairs, asked in order.
 
     Args:
         gm: the graph module, rewritten in place.
@@ -201,55 +202,131 @@ def _values(chain: views.ViewChain) -> views.ViewChain:
 # -- step 2: decide ---------------------------------------------------------------------------
 
 
-def _decide(
-    ctx: _Pass, node: fx.Node, m: Mutation, buf: _Buffer, bufs: list[_Buffer]
-) -> tuple[Reason, str]:
-    """Whether ``buf`` may be written in place (Reason.INPLACE) or why it must be cloned."""
-    analysis = ctx.analysis
-    if not ctx.enable:
-        return Reason.DISABLED, ""
-    if buf.node not in analysis.version:
-        return Reason.NO_VALUE, buf.node.name
-    root = analysis.root[analysis.version[buf.node]]
-    if root.op == "get_attr":
-        return Reason.CONSTANT, root.name
-    if buf.node.op != "placeholder" and overlaps_itself(buf.node.meta["val"]):
-        # Note [A buffer that overlaps itself] in emit.py: writing it in place would write
-        # several elements into one location.
-        return Reason.OVERLAPS_ITSELF, buf.node.name
-    written = _written(analysis, buf)
-    for other in bufs:
-        if other is not buf and analysis.may_overlap(
-            other.node, _written(analysis, other), buf.node, written
+@dataclasses.dataclass
+class _Query:
+    """What one decision looks at: a buffer of a call, and the pass's facts about it."""
+
+    ctx: _Pass
+    node: fx.Node  # the HOP call
+    m: Mutation
+    buf: _Buffer
+    bufs: list[_Buffer]  # every buffer of the call, ``buf`` among them
+
+    @functools.cached_property
+    def root(self) -> fx.Node:
+        analysis = self.ctx.analysis
+        return analysis.root[analysis.version[self.buf.node]]
+
+    @functools.cached_property
+    def written(self) -> list[Region]:
+        return _written(self.ctx.analysis, self.buf)
+
+
+Verdict = tuple[Reason, str] | None  # a reason to clone (and its detail), or None: no objection
+
+
+def _disabled(q: _Query) -> Verdict:
+    return None if q.ctx.enable else (Reason.DISABLED, "")
+
+
+def _no_value(q: _Query) -> Verdict:
+    return None if q.buf.node in q.ctx.analysis.version else (Reason.NO_VALUE, q.buf.node.name)
+
+
+def _constant(q: _Query) -> Verdict:
+    return (Reason.CONSTANT, q.root.name) if q.root.op == "get_attr" else None
+
+
+def _overlapping_buffer(q: _Query) -> Verdict:
+    # Note [A buffer that overlaps itself] in emit.py: writing it in place would write several
+    # elements into one location.
+    if q.buf.node.op != "placeholder" and overlaps_itself(q.buf.node.meta["val"]):
+        return Reason.OVERLAPS_ITSELF, q.buf.node.name
+    return None
+
+
+def _same_buffer_twice(q: _Query) -> Verdict:
+    analysis = q.ctx.analysis
+    for other in q.bufs:
+        if other is not q.buf and analysis.may_overlap(
+            other.node, _written(analysis, other), q.buf.node, q.written
         ):
             return Reason.SAME_BUFFER_TWICE, f"with {other.node.name}"
-    for arg in _other_tensor_args(m):
-        if analysis.may_overlap(arg, [analysis.region(arg)], buf.node, written):
+    return None
+
+
+def _read_by_call(q: _Query) -> Verdict:
+    analysis = q.ctx.analysis
+    for arg in _other_tensor_args(q.m):
+        if analysis.may_overlap(arg, [analysis.region(arg)], q.buf.node, q.written):
             return Reason.READ_BY_CALL, arg.name
-    if root.op == "placeholder" and buf.node is not root:
-        reason = _view_of_input(ctx, node, buf, root)
-        if reason is not None:
-            return reason, root.name
-    elif root.op == "placeholder":
-        final = ctx.finals.get((node, buf.out_index))
-        copy = ctx.epilogue.get(root)
-        if copy is None or copy.args[1] is not final:
-            return Reason.GRAPH_INPUT, root.name
-        if any(analysis.same_memory(o, final) for o in ctx.outputs):
-            # The graph returns a fresh tensor holding the value it copies back: written in
-            # place, the output would be the input itself (pytorch#195451); in a training
-            # graph AOTAutograd may also donate it to the backward.
-            return (Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT), root.name
-    lazy = analysis.read_before_used_after(node, buf.node, written) if ctx.for_inductor else None
-    if lazy is not None:
-        # Note [Lazy reads under Inductor]: Inductor computes a pointwise read (or a reduction
-        # over one element) only where its result is needed, which can be after an opaque op
-        # wrote that memory in place: it does not order such pending reads before a custom
-        # op's mutation. PyTorch's own re-inplacing miscompiles this case.
-        return Reason.LAZY_READ, f"by {lazy.name}"
-    reader = analysis.first_read_after(node, buf.node, written)
-    if reader is not None:
-        return Reason.READ_LATER, f"by {reader.name}"
+    return None
+
+
+def _graph_input(q: _Query) -> Verdict:
+    ctx, root = q.ctx, q.root
+    if root.op != "placeholder":
+        return None
+    if q.buf.node is not root:
+        reason = _view_of_input(ctx, q.node, q.buf, root)
+        return None if reason is None else (reason, root.name)
+    final = ctx.finals.get((q.node, q.buf.out_index))
+    copy = ctx.epilogue.get(root)
+    if copy is None or copy.args[1] is not final:
+        return Reason.GRAPH_INPUT, root.name
+    if any(ctx.analysis.same_memory(o, final) for o in ctx.outputs):
+        # The graph returns a fresh tensor holding the value it copies back: written in place,
+        # the output would be the input itself (pytorch#195451); in a training graph
+        # AOTAutograd may also donate it to the backward.
+        return (Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT), root.name
+    return None
+
+
+def _lazy_read(q: _Query) -> Verdict:
+    # Note [Lazy reads under Inductor]: Inductor computes a pointwise read (or a reduction over
+    # one element) only where its result is needed, which can be after an opaque op wrote that
+    # memory in place: it does not order such pending reads before a custom op's mutation.
+    # PyTorch's own re-inplacing miscompiles this case.
+    if not q.ctx.for_inductor:
+        return None
+    lazy = q.ctx.analysis.read_before_used_after(q.node, q.buf.node, q.written)
+    return None if lazy is None else (Reason.LAZY_READ, f"by {lazy.name}")
+
+
+def _read_later(q: _Query) -> Verdict:
+    reader = q.ctx.analysis.first_read_after(q.node, q.buf.node, q.written)
+    return None if reader is None else (Reason.READ_LATER, f"by {reader.name}")
+
+
+class Rule(NamedTuple):
+    """One soundness rule: ``check`` returns why the buffer must be cloned, or ``None``."""
+
+    name: str
+    check: Callable[[_Query], Verdict]
+
+
+# The rules, in the order they are asked; a buffer is written in place when none objects. The
+# first three say the analysis cannot reason about the buffer at all; the numbers are those of
+# ``reinplace``'s docstring.
+RULES: tuple[Rule, ...] = (
+    Rule("disabled", _disabled),
+    Rule("no fake value", _no_value),
+    Rule("module constant", _constant),
+    Rule("buffer overlaps itself", _overlapping_buffer),
+    Rule("(3) one memory, two mutable buffers", _same_buffer_twice),
+    Rule("(2) read by the same call", _read_by_call),
+    Rule("(4) graph input: copied back, not returned", _graph_input),
+    Rule("(1) lazy read under Inductor", _lazy_read),
+    Rule("(1) old value read later", _read_later),
+)
+
+
+def _decide(q: _Query) -> tuple[Reason, str]:
+    """Whether ``q.buf`` may be written in place (Reason.INPLACE) or why it must be cloned."""
+    for rule in RULES:
+        verdict = rule.check(q)
+        if verdict is not None:
+            return verdict
     return Reason.INPLACE, ""
 
 
@@ -512,7 +589,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
     outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
     with graph.inserting_before(node):
         for buf in bufs:
-            reason, detail = _decide(ctx, node, m, buf, bufs)
+            reason, detail = _decide(_Query(ctx, node, m, buf, bufs))
             decisions.append(
                 Decision(
                     tuple(buf.args),

@@ -1,0 +1,97 @@
+"""The pass's soundness rules one by one (``autofunc.passes.reinplace.RULES``): each rule's check
+on a hand-made query, and ``_decide``'s contract (the first objection wins; none: in place).
+Whole programs that reach each rule are in test_reinplace.py and test_inductor_hazards.py."""
+
+import types
+
+import pytest
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from autofunc import Reason
+from autofunc.passes import reinplace as R
+
+
+def _query(buf_node, *, enable=True, version=None, root=None):
+    analysis = types.SimpleNamespace(
+        version={} if version is None else version,
+        root={} if root is None else root,
+    )
+    ctx = types.SimpleNamespace(enable=enable, analysis=analysis, for_inductor=False)
+    buf = R._Buffer(buf_node, 0, ["x"], [])
+    return R._Query(ctx, None, None, buf, [buf])
+
+
+def _node(graph, op, name, val):
+    """A node of kind ``op`` (placeholder, get_attr, call_function) with fake value ``val``."""
+    target = torch.ops.aten.alias.default if op == "call_function" else name
+    node = graph.create_node(op, target, name=name)
+    node.meta["val"] = val
+    return node
+
+
+@pytest.fixture
+def fake():
+    with FakeTensorMode() as mode:
+        yield mode
+
+
+def test_rules_are_named_and_ordered():
+    names = [r.name for r in R.RULES]
+    assert len(set(names)) == len(names)
+    # the "cannot analyse" rules first, the read rules last (they are the costly ones)
+    assert names[:3] == ["disabled", "no fake value", "module constant"]
+    assert names[-1] == "(1) old value read later"
+
+
+def test_disabled(fake):
+    g = fx.Graph()
+    q = _query(_node(g, "placeholder", "x", torch.empty(3)), enable=False)
+    assert R._disabled(q) == (Reason.DISABLED, "")
+    assert R._disabled(_query(q.buf.node)) is None
+
+
+def test_no_value(fake):
+    g = fx.Graph()
+    x = _node(g, "placeholder", "x", torch.empty(3))
+    assert R._no_value(_query(x)) == (Reason.NO_VALUE, "x")
+    assert R._no_value(_query(x, version={x: 0})) is None
+
+
+def test_constant(fake):
+    g = fx.Graph()
+    w = _node(g, "get_attr", "w", torch.empty(3))
+    x = _node(g, "placeholder", "x", torch.empty(3))
+    assert R._constant(_query(w, version={w: 0}, root={0: w})) == (Reason.CONSTANT, "w")
+    assert R._constant(_query(x, version={x: 0}, root={0: x})) is None
+
+
+def test_overlapping_buffer(fake):
+    g = fx.Graph()
+    expanded = _node(g, "call_function", "e", torch.empty(1, 4).expand(3, 4))
+    dense = _node(g, "call_function", "d", torch.empty(3, 4))
+    user_input = _node(g, "placeholder", "x", torch.empty(1, 4).expand(3, 4))
+    assert R._overlapping_buffer(_query(expanded))[0] is Reason.OVERLAPS_ITSELF
+    assert R._overlapping_buffer(_query(dense)) is None
+    # a graph input that overlaps itself is the caller's tensor: not this rule's business
+    assert R._overlapping_buffer(_query(user_input)) is None
+
+
+def test_first_objection_wins(monkeypatch):
+    seen = []
+
+    def rule(name, verdict):
+        def check(q):
+            seen.append(name)
+            return verdict
+
+        return R.Rule(name, check)
+
+    monkeypatch.setattr(
+        R, "RULES", (rule("a", None), rule("b", (Reason.READ_LATER, "b")), rule("c", None))
+    )
+    assert R._decide(None) == (Reason.READ_LATER, "b")
+    assert seen == ["a", "b"]  # later rules are not asked
+    monkeypatch.setattr(R, "RULES", (rule("a", None),))
+    assert R._decide(None) == (Reason.INPLACE, "")
