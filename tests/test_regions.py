@@ -1,0 +1,96 @@
+"""``autofunc.regions`` on its own: which elements a view covers, whether two regions may share
+one, whether one contains another. Conservative answers are checked too: what cannot be
+proven disjoint overlaps, and ``contains`` never claims what it cannot prove."""
+
+import pytest
+import torch
+
+from autofunc.regions import (
+    contains,
+    is_dense_root,
+    overlaps,
+    region_of,
+    region_of_geometry,
+    region_of_storage,
+    tensors_may_overlap,
+)
+
+
+@pytest.fixture
+def x():
+    return torch.empty(4, 6)
+
+
+def test_rows(x):
+    r0, r1, whole = region_of(x[0], x), region_of(x[1], x), region_of(x, x)
+    assert not overlaps(r0, r1)
+    assert overlaps(r0, whole) and overlaps(whole, r1)
+    assert contains(whole, r0) and not contains(r0, whole)
+    assert (r1.lo, r1.hi) == (6 * 4, 12 * 4)  # bytes
+
+
+def test_interleaved_columns_are_disjoint(x):
+    even, odd = region_of(x[:, 0::2], x), region_of(x[:, 1::2], x)
+    assert overlaps(region_of(x[:, 0::2], x), region_of(x[:, 2::2], x))
+    assert not overlaps(even, odd)  # byte intervals overlap; the boxes do not
+    assert even.lo < odd.hi and odd.lo < even.hi
+
+
+def test_column_block_and_row_overlap(x):
+    assert overlaps(region_of(x[:, 2:4], x), region_of(x[1], x))
+    assert not overlaps(region_of(x[:2, 2:4], x), region_of(x[2:, 2:4], x))
+
+
+def test_contains_needs_whole_progressions(x):
+    whole_cols = region_of(x[:, 0::2], x)
+    assert contains(whole_cols, region_of(x[1:3, 0::4], x))
+    assert not contains(whole_cols, region_of(x[1:3, 1::2], x))
+
+
+def test_a_root_that_overlaps_itself_gets_no_box():
+    root = torch.empty(1, 6).expand(4, 6)
+    assert not is_dense_root(root)
+    # rows of an expanded root are one memory: they must not be proven disjoint
+    assert overlaps(region_of(root[0], root), region_of(root[1], root))
+
+
+def test_dtype_view_regions_are_in_bytes():
+    cache = torch.empty(2, 8, dtype=torch.uint8)
+    as_int = cache[1].view(torch.int32)
+    assert overlaps(region_of(as_int, cache), region_of(cache[1], cache))
+    assert not overlaps(region_of(as_int, cache), region_of(cache[0], cache))
+
+
+def test_storage_interval_without_a_root(x):
+    r = region_of_storage(x[1:3])
+    assert (r.lo, r.hi, r.box) == (6 * 4, 18 * 4, None)
+
+
+def test_geometry_form_matches_tensor_form(x):
+    v = x[1:3, ::2]
+    by_geometry = region_of_geometry(
+        (tuple(v.shape), v.stride(), v.storage_offset()), (tuple(x.shape), x.stride(), 0)
+    )
+    by_tensor = region_of(v, x)
+    assert (by_geometry.lo, by_geometry.hi) == (by_tensor.lo // 4, by_tensor.hi // 4)
+
+
+def test_tensors_may_overlap(x):
+    assert tensors_may_overlap(x[0], x[0:2], x)
+    assert not tensors_may_overlap(x[0], x[3], x)
+
+
+def test_symbolic_geometry_is_decided_without_guards_or_counted_as_overlapping():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    n = env.create_unbacked_symint()  # rows of an (n, 6) root
+    torch._check(n >= 1)
+    guards = len(env.guards)
+    root = ((n, 6), (6, 1), 0)
+    row = lambda i: region_of_geometry(((6,), (1,), 6 * i), root)  # noqa: E731
+    col = lambda j: region_of_geometry(((n,), (6,), j), root)  # noqa: E731
+    # rows 0 and n - 1 are one row when n == 1: not provably disjoint
+    assert overlaps(row(0), row(n - 1))
+    assert not overlaps(col(0), col(1))
+    assert len(env.guards) == guards  # nothing was specialized
