@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import subprocess
 import sys
 
 import torch
 
-from . import corpus
+from . import corpus, worker
 from .measure import measure_memory
 
 __all__ = ["CONFIGS", "Row", "run_program", "compare", "format_table", "bytes_gate"]
@@ -101,10 +99,10 @@ def run_program(name: str, config: str) -> Row:
     return row
 
 
-def _worker(config: str, programs: list[str]) -> None:
-    for name in programs:
-        print(json.dumps({"start": name}), flush=True)
-        print(json.dumps(dataclasses.asdict(run_program(name, config))), flush=True)
+def _worker(spec: dict) -> None:
+    for name in spec["programs"]:
+        worker.start(name)
+        worker.result(dataclasses.asdict(run_program(name, spec["config"])))
 
 
 def _run_config(config: str, programs: list[str]) -> list[Row]:
@@ -112,35 +110,17 @@ def _run_config(config: str, programs: list[str]) -> list[Row]:
     rows: list[Row] = []
     todo = list(programs)
     while todo:
-        cmd = [
-            sys.executable,
-            "-m",
-            "autofunc.bench.compare",
-            "--worker",
-            config,
-            "--programs",
-            ",".join(todo),
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
-        in_flight = None
-        for line in proc.stdout.splitlines():
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "start" in msg:
-                in_flight = msg["start"]
-            else:
-                rows.append(Row(**msg))
-                todo.remove(msg["program"])
-                in_flight = None
-        if in_flight is not None:  # the worker died inside this program
+        done = worker.run("autofunc.bench.compare", {"config": config, "programs": todo})
+        for value in done.results:
+            rows.append(Row(**value))
+            todo.remove(value["program"])
+        if done.in_flight is not None:  # the worker died inside this program
             rows.append(
-                Row(in_flight, config, correct=False, error=f"crash (exit {proc.returncode})")
+                Row(done.in_flight, config, correct=False, error=f"crash (exit {done.returncode})")
             )
-            todo.remove(in_flight)
-        elif proc.returncode != 0 and todo:
-            raise RuntimeError(f"compare worker failed before any program:\n{proc.stderr[-2000:]}")
+            todo.remove(done.in_flight)
+        elif done.returncode != 0 and todo:
+            raise RuntimeError(f"compare worker failed before any program:\n{done.stderr[-2000:]}")
     return rows
 
 
@@ -226,12 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", default="")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--json", default="")
-    ap.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    programs = [p for p in args.programs.split(",") if p] or list(corpus.PROGRAMS)
-    if args.worker:
-        _worker(args.worker, programs)
+    if args.worker:  # the spec comes on stdin (bench.worker)
+        _worker(worker.read_spec())
         return 0
+    programs = [p for p in args.programs.split(",") if p] or list(corpus.PROGRAMS)
     rows = compare(programs, args.configs.split(","))
     print(format_table(rows))
     failures = bytes_gate(rows)

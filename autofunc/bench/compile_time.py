@@ -20,9 +20,7 @@ import argparse
 import dataclasses
 import functools
 import gc
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from . import worker
 
 __all__ = ["CONFIG", "CompileRecord", "format_table", "main", "measure_compile", "run"]
 
@@ -229,32 +229,21 @@ def _run_one(config: str, layers: int, timeout_s: float, device: str) -> Compile
 def _subprocess(
     config: str, layers: int, timeout_s: float, device: str, phase: str, env: dict
 ) -> CompileRecord:
-    cmd = [
-        sys.executable,
-        "-m",
-        "autofunc.bench.compile_time",
-        "--worker",
-        config,
-        str(layers),
-        "--device",
-        device,
-        "--phase",
-        phase,
-    ]
-    try:
-        proc = subprocess.run(
-            cmd, check=False, capture_output=True, text=True, env=env, timeout=timeout_s
-        )
-    except subprocess.TimeoutExpired:
+    spec = {"config": config, "layers": layers, "device": device, "phase": phase}
+    done = worker.run("autofunc.bench.compile_time", spec, env=env, timeout_s=timeout_s)
+    if done.timed_out:
         return CompileRecord(config, layers, error=f"{phase}: timeout ({timeout_s:.0f} s)")
-    for line in reversed(proc.stdout.splitlines()):
-        try:
-            return CompileRecord(**json.loads(line))
-        except (json.JSONDecodeError, TypeError):
-            continue
+    if done.results:
+        return CompileRecord(**done.results[-1])
     return CompileRecord(
-        config, layers, error=f"{phase}: crash (exit {proc.returncode}): {proc.stderr[-300:]}"
+        config, layers, error=f"{phase}: crash (exit {done.returncode}): {done.stderr[-300:]}"
     )
+
+
+def _worker(spec: dict) -> None:
+    worker.start(f"{spec['config']} L={spec['layers']} {spec['phase']}")
+    record = measure_compile(spec["config"], spec["layers"], spec["device"], spec["phase"])
+    worker.result(dataclasses.asdict(record))
 
 
 def run(
@@ -355,13 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         help="start no new layer count after this many seconds",
     )
     ap.add_argument("--device", default="cpu", help="cpu (C++ kernels) or cuda (Triton kernels)")
-    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
-    ap.add_argument("--phase", default="cold", choices=("cold", "warm"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.worker:
-        config, layers = args.worker
-        record = measure_compile(config, int(layers), args.device, args.phase)
-        print(json.dumps(dataclasses.asdict(record)), flush=True)
+    if args.worker:  # the spec comes on stdin (bench.worker)
+        _worker(worker.read_spec())
         return 0
     layer_counts = [int(x) for x in args.layers.split(",") if x]
     records = run(layer_counts, args.timeout, budget_s=args.budget, device=args.device)

@@ -1,9 +1,10 @@
 """Run a :class:`~autofunc.bench.sweep.Sweep`: one :class:`Record` per (case, sizes, strategy).
 
 Each point is measured in a process of its own: the runner starts one worker subprocess
-(``python -m autofunc.bench.run --worker``) that imports torch and autofunc once and then forks
-a child per point, so every point starts from the same clean state (no compiled graphs, no
-registrations, an allocator and resident set of its own) without paying for the imports again.
+(``python -m autofunc.bench.run --worker``, the ``bench.worker`` protocol) that imports torch
+and autofunc once and then forks a child per point, so every point starts from the same clean
+state (no compiled graphs, no registrations, an allocator and resident set of its own) without
+paying for the imports again.
 A point that crashes or hangs its child is recorded as such and the sweep goes on; where
 ``os.fork`` is missing the worker measures in-process and a crash restarts it (as in
 ``compare.py``). The worker never initialises CUDA itself: its children do, after the fork.
@@ -29,16 +30,14 @@ import os
 import resource
 import select
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from . import cases
+from . import cases, worker
 from .sweep import STRATEGIES, Sweep
 
 __all__ = ["Record", "measure_point", "run_sweep"]
@@ -359,9 +358,8 @@ def _worker(spec: dict) -> None:
 
     baseline: dict[tuple, int] = {}
     for case, xs, strategy in spec["points"]:
-        print(json.dumps({"start": point_key(case, xs, strategy)}), flush=True)
-        record = _measure_isolated(sweep, case, xs, strategy, baseline)
-        print(json.dumps({"record": dataclasses.asdict(record)}), flush=True)
+        worker.start(point_key(case, xs, strategy))
+        worker.result(dataclasses.asdict(_measure_isolated(sweep, case, xs, strategy, baseline)))
 
 
 def _sweep_from_json(d: dict) -> Sweep:
@@ -406,37 +404,15 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] = print) -> list[Rec
 def _run_worker(
     sweep: Sweep, todo: list, records: list[Record], progress: Callable, total: int
 ) -> tuple[str | None, int]:
+    def on_result(value: dict) -> None:
+        records.append(Record(**value))
+        progress(progress_line(records[-1], len(records), total))
+
     spec = {"sweep": dataclasses.asdict(sweep), "points": todo}
-    # The children's stderr (compile warnings, profiler chatter) goes to a file, shown only if
-    # the worker fails before measuring anything.
-    with tempfile.TemporaryFile("w+") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "autofunc.bench.run", "--worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env=dict(os.environ),
-        )
-        proc.stdin.write(json.dumps(spec))
-        proc.stdin.close()
-        in_flight, measured = None, 0
-        for line in proc.stdout:
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # something in the worker printed to stdout
-            if "start" in msg:
-                in_flight = msg["start"]
-            elif "record" in msg:
-                records.append(Record(**msg["record"]))
-                in_flight, measured = None, measured + 1
-                progress(progress_line(records[-1], len(records), total))
-        returncode = proc.wait()
-        if returncode != 0 and measured == 0 and in_flight is None:
-            stderr.seek(0)
-            raise RuntimeError(f"bench worker failed (exit {returncode}):\n{stderr.read()[-3000:]}")
-    return in_flight, returncode
+    done = worker.run("autofunc.bench.run", spec, on_result=on_result)
+    if done.returncode != 0 and not done.results and done.in_flight is None:
+        raise RuntimeError(f"bench worker failed (exit {done.returncode}):\n{done.stderr}")
+    return done.in_flight, done.returncode
 
 
 def progress_line(r: Record, index: int, total: int) -> str:
@@ -457,6 +433,6 @@ def _fmt(v: float | None, spec: str) -> str:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--worker"]:
-        _worker(json.loads(sys.stdin.read()))
+        _worker(worker.read_spec())
     else:
         sys.exit("usage: python -m autofunc.bench.run --worker < spec.json (use `autofunc bench`)")

@@ -1,0 +1,33 @@
+"""The benchmark worker protocol (``autofunc.bench.worker``): results in order, the item a dying
+worker was in, a timeout, and stdout noise ignored."""
+
+import os
+from pathlib import Path
+
+from autofunc.bench import worker
+
+_PATH = [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(_PATH)}
+
+
+def _run(items, **kw):
+    return worker.run("worker_probe", {"items": items}, env=_ENV, **kw)
+
+
+def test_results_in_order_and_noise_ignored():
+    seen = []
+    done = _run([["a", "ok"], ["b", "noise"], ["c", "ok"]], on_result=seen.append)
+    assert [r["key"] for r in done.results] == ["a", "b", "c"] == [r["key"] for r in seen]
+    assert (done.in_flight, done.returncode, done.timed_out) == (None, 0, False)
+
+
+def test_the_item_a_dying_worker_was_in():
+    done = _run([["a", "ok"], ["b", "crash"], ["c", "ok"]])
+    assert [r["key"] for r in done.results] == ["a"]
+    assert done.in_flight == "b" and done.returncode == 139
+
+
+def test_timeout_kills_the_worker():
+    done = _run([["a", "ok"], ["b", "hang"]], timeout_s=5)
+    assert done.timed_out and done.in_flight == "b"
+    assert [r["key"] for r in done.results] == ["a"]
