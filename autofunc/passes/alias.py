@@ -95,7 +95,7 @@ class AliasAnalysis:
 
     Attributes:
         position: topological index of every node.
-        version: the version (a ``StorageWeakRef``) of each tensor-valued node.
+        version: the version (an int naming one fake storage) of each tensor-valued node.
         root: the first node of each version (a placeholder, an allocation or a HOP output).
         reads: per version, the reads of it in graph order.
     """
@@ -110,6 +110,11 @@ class AliasAnalysis:
         self._masks: dict[fx.Node, Region | None] = {}  # scatter -> the region it replaces
         self._reads_by: dict[fx.Node, list[_Read]] = {}  # reader -> its reads
         self._members: dict[Any, list[Any]] = {}
+        self._ids: dict[StorageWeakRef, int] = {}  # fake storage -> its version
+        # Per memory class, the members a query may still find something in (Note [Exhausted
+        # versions]): one list for first_read_after, one for read_before_used_after.
+        self._live_later: dict[Any, list[Any]] = {}
+        self._live_lazy: dict[Any, list[Any]] = {}
         self._cursor: dict[Any, int] = {}
         # Versions merged from a base whose geometry differs from its version's root: their
         # regions are in other coordinates, so every read of them counts as overlapping.
@@ -153,7 +158,9 @@ class AliasAnalysis:
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             return
-        key = StorageWeakRef(val.untyped_storage())
+        # Versions are small ints: the union-find and the per-version tables are keyed by them,
+        # and hashing a StorageWeakRef runs Python code on every lookup.
+        key = self._ids.setdefault(StorageWeakRef(val.untyped_storage()), len(self._ids))
         self.version[node] = key
         if key not in self.root:
             self.root[key] = node
@@ -255,7 +262,7 @@ class AliasAnalysis:
         )
 
     def memory_class(self, key: Any) -> Any:
-        while self._parent[key] is not key:
+        while self._parent[key] != key:
             self._parent[key] = self._parent[self._parent[key]]
             key = self._parent[key]
         return key
@@ -263,7 +270,7 @@ class AliasAnalysis:
     def same_memory(self, a: fx.Node, b: fx.Node) -> bool:
         if a not in self.version or b not in self.version:
             return False
-        return self.memory_class(self.version[a]) is self.memory_class(self.version[b])
+        return self.memory_class(self.version[a]) == self.memory_class(self.version[b])
 
     def may_overlap(
         self, a: fx.Node, a_regions: list[Region], b: fx.Node, b_regions: list[Region]
@@ -272,7 +279,7 @@ class AliasAnalysis:
         if not self.same_memory(a, b):
             return False
         va, vb = self.version[a], self.version[b]
-        if va is not vb and (va in self._coarse or vb in self._coarse):
+        if va != vb and (va in self._coarse or vb in self._coarse):
             return True
         return any(overlaps(x, y) for x in a_regions for y in b_regions)
 
@@ -285,7 +292,7 @@ class AliasAnalysis:
         """Record that ``new``'s version now lives in ``base``'s memory (an in-place write)."""
         a = self.memory_class(self.version[base])
         b = self.memory_class(self.version[new])
-        if a is b:
+        if a == b:
             return
         base_root = self.root[self.version[base]].meta["val"]
         new_root = self.root[self.version[new]].meta["val"]
@@ -300,6 +307,11 @@ class AliasAnalysis:
             self._coarse.update(self._members[b])
         if len(self._members[a]) < len(self._members[b]):
             a, b = b, a
+        for live in (self._live_later, self._live_lazy):
+            keep = live.pop(a, None)
+            keep = list(self._members[a]) if keep is None else keep
+            keep.extend(live.pop(b, None) or self._members[b])
+            live[a] = keep
         self._parent[b] = a
         self._members[a].extend(self._members.pop(b))
 
@@ -315,7 +327,10 @@ class AliasAnalysis:
         only grow across the pass's calls, so every read enters and leaves that list once.
         """
         pos = self.position[node]
-        for key in self._members[self.memory_class(self.version[buffer])]:
+        cls = self.memory_class(self.version[buffer])
+        live = self._live(self._live_lazy, cls)
+        exhausted = []
+        for key in live:
             reads, pending = self.reads[key], self._pending.setdefault(key, [])
             i = self._pending_cursor.get(key, 0)
             while i < len(reads) and reads[i].pos < pos:
@@ -324,9 +339,14 @@ class AliasAnalysis:
                 i += 1
             self._pending_cursor[key] = i
             pending[:] = [r for r in pending if r.live_until > pos]
+            if not pending and i == len(reads):
+                exhausted.append(key)
+                continue
             for r in pending:
                 if self._hits(key, r, written):
+                    self._drop(live, exhausted)
                     return r.node
+        self._drop(live, exhausted)
         return None
 
     def first_read_after(
@@ -341,16 +361,40 @@ class AliasAnalysis:
         pos = self.position[node]
         cls = self.memory_class(self.version[buffer])
         hit: _Read | None = None
-        for key in self._members[cls]:
+        live = self._live(self._live_later, cls)
+        exhausted = []
+        for key in live:
             reads = self.reads[key]
             start = self._cursor.get(key, 0)
             if start < len(reads) and reads[start].pos <= pos:
                 start = bisect.bisect_right(reads, pos, lo=start, key=lambda r: r.pos)
                 self._cursor[key] = start
+            if start == len(reads):
+                exhausted.append(key)
+                continue
             for i in range(start, len(reads)):
                 read = reads[i]
                 if self._hits(key, read, written):
                     if hit is None or read.pos < hit.pos:
                         hit = read
                     break
+        self._drop(live, exhausted)
         return None if hit is None else hit.node
+
+    # Note [Exhausted versions]
+    # Queries only move forward (positions grow across the pass's calls), so a member whose
+    # reads all lie behind the current position (and, for lazy reads, with none pending) can
+    # never answer a later query of its class. Dropping it keeps a query's cost to the members
+    # with reads still ahead; without it a KV cache written in place layer after layer puts
+    # every layer's version in one class, and each call would scan them all (quadratic).
+    def _live(self, table: dict[Any, list[Any]], cls: Any) -> list[Any]:
+        live = table.get(cls)
+        if live is None:
+            live = table[cls] = list(self._members[cls])
+        return live
+
+    @staticmethod
+    def _drop(live: list[Any], exhausted: list[Any]) -> None:
+        if exhausted:
+            gone = set(exhausted)
+            live[:] = [k for k in live if k not in gone]

@@ -258,6 +258,8 @@ def _same_buffer_twice(q: _Query) -> Verdict:
 def _read_by_call(q: _Query) -> Verdict:
     analysis = q.ctx.analysis
     for arg in _other_tensor_args(q.m):
+        if not analysis.same_memory(arg, q.buf.node):
+            continue  # (no region to compute)
         if analysis.may_overlap(arg, [analysis.region(arg)], q.buf.node, q.written):
             return Reason.READ_BY_CALL, arg.name
     return None
