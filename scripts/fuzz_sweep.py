@@ -17,8 +17,11 @@ import collections
 import dataclasses
 import sys
 import time
+from pathlib import Path
 
-from autofunc.bench import fuzz
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/fuzzing
+
+import fuzzing as fuzz  # noqa: E402
 
 
 def _parse_limits(text: str) -> dict[str, int]:

@@ -11,7 +11,7 @@ import runpy
 import pytest
 import torch
 
-from autofunc.bench import fuzz
+import fuzzing as fuzz
 
 SEED = 0
 CAPTURE_PROGRAMS = 60  # ~0.1 s each

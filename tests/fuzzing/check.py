@@ -1,0 +1,244 @@
+"""Running a program on one path with one strategy and comparing it with eager."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import re
+import traceback
+from typing import Any, Callable
+import torch
+
+
+from .ops import OPS, PATHS, STRATEGIES
+from .program import EagerError, FuzzProgram
+
+
+# Exceptions that are documented PyTorch limitations, not autofunc bugs: reported as
+# ``kind="limitation"`` (counted by the sweep, never shrunk, not a test failure).
+LIMITATIONS = (
+    # v1 writes a clone back into the argument, i.e. mutates through the view chain; PyTorch's
+    # functionalization refuses when that chain contains as_strided (pytorch#104505).
+    (re.compile(r"as_strided\(\) is non-compositional"), "mutation through an as_strided view"),
+)
+
+
+@dataclasses.dataclass
+class Failure:
+    program: FuzzProgram
+    strategy: str
+    path: str
+    kind: str  # "mismatch" | "exception" | "limitation" (see LIMITATIONS)
+    message: str  # one line
+    detail: str = ""  # the differing values, or the traceback's tail
+    graphs: str = ""  # capture path: the functional and re-inplaced forward graphs
+
+    @property
+    def is_bug(self) -> bool:
+        return self.kind != "limitation"
+
+    @property
+    def signature(self) -> tuple:
+        """What "fails the same way" means while shrinking."""
+        if self.kind == "mismatch":
+            return ("mismatch",)
+        exc, _, msg = self.message.partition(": ")
+        msg = re.sub(r"\d+", "N", msg)[:60]
+        return ("exception", exc, msg)
+
+    def __str__(self) -> str:
+        return f"[{self.strategy}/{self.path}] {self.kind}: {self.message}"
+
+
+def _root_exception(e: BaseException) -> BaseException:
+    seen = set()
+    while id(e) not in seen:
+        seen.add(id(e))
+        nxt = getattr(e, "inner_exception", None) or e.__cause__
+        if nxt is None:
+            break
+        e = nxt
+    return e
+
+
+@contextlib.contextmanager
+def _no_compile_caches():
+    """Turn off the AOTAutograd and FX graph caches: their keys do not include autofunc's
+    registrations, so a program compiled with one strategy would be served to another."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    saved = functorch_config.enable_autograd_cache, inductor_config.fx_graph_cache
+    functorch_config.enable_autograd_cache = False
+    inductor_config.fx_graph_cache = False
+    try:
+        yield
+    finally:
+        functorch_config.enable_autograd_cache, inductor_config.fx_graph_cache = saved
+
+
+def _compile(fn: Callable, path: str) -> tuple[Callable, Any]:
+    if path == "aot_eager":
+        return torch.compile(fn, backend="aot_eager", fullgraph=True), None
+    if path == "capture":
+        from autofunc.testing import compile_capture
+
+        return compile_capture(fn, fullgraph=True)
+    if path == "inductor":
+        return torch.compile(fn, fullgraph=True), None
+    raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
+
+
+def _register(strategy: str) -> list:
+    if strategy == "builtin":
+        return []
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
+    import autofunc
+
+    return [autofunc.register(op, strategy=strategy) for op in OPS]
+
+
+def _diff(a: Any, b: Any) -> str:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"
+        if a.numel() == 0:
+            return "empty"
+        d = (a - b).abs().nan_to_num(float("inf"))
+        at = tuple(int(i) for i in torch.unravel_index(d.argmax(), a.shape)) if a.dim() else ()
+        n = int((d > 1e-5).sum())
+        return (
+            f"max |diff| {float(d.max()):.4g} at {list(at)} "
+            f"({n} of {a.numel()} elements differ): "
+            f"eager {float(a[at]):.6g}, compiled {float(b[at]):.6g}"
+        )
+    return f"{a!r} vs {b!r}"
+
+
+# Note [Outputs outside their storage]
+# Inductor may return an ``as_strided`` view of a view of a buffer it computed on a storage that
+# holds only the inner view, so the returned tensor reaches past its storage (reading it reads
+# freed or foreign memory, and can crash the process). Plain aten code does it, no custom op or
+# autofunc involved:
+#     r = x * 2; s = torch.slice_scatter(r.view(2, 2), y, 1, 1, 2, 2)
+#     return s.reshape(4).reshape(2, 2)[:, 1:2:2].as_strided([1], [2], 3)
+# returns a tensor at offset 3 on a 2-element storage under Inductor (torch 2.13). Such an
+# output is a PyTorch limitation when the program made it with ``as_strided``, a bug otherwise.
+_AS_STRIDED_OUTSIDE = "Inductor returned an as_strided view outside its storage (PyTorch)"
+
+
+def _outside_storage(program: FuzzProgram, got: tuple) -> tuple[str, str] | None:
+    """``(kind, message)`` for the first output whose elements are not all inside its storage."""
+    for i, t in enumerate(got):
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
+            continue
+        last = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        if (last + 1) * t.element_size() <= t.untyped_storage().nbytes():
+            continue
+        name = program.returns[i]
+        made_by = next((st.text for st in program.stmts if name in st.defs), "")
+        where = f"output {i} ({name}): ends at byte {(last + 1) * t.element_size()} of a "
+        where += f"{t.untyped_storage().nbytes()}-byte storage"
+        if ".as_strided(" in made_by:
+            return "limitation", f"{_AS_STRIDED_OUTSIDE}: {where}"
+        return "exception", f"output outside its storage: {where}"
+    return None
+
+
+def check(program: FuzzProgram, strategy: str, path: str) -> Failure | None:
+    """Compile ``program`` on ``path`` with the fuzz ops registered with ``strategy`` and compare
+    with eager: the outputs, and the final values of the inputs.
+
+    Raises:
+        EagerError: the program raises in eager (regenerate it; not a finding).
+    """
+    from autofunc.testing import same_result
+
+    expected, eager_inputs = program.run_eager()
+    regs = _register(strategy)
+    captured = None
+    # FakeTensor logs every failing meta kernel at ERROR level; the failure carries it anyway.
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake_log.level
+    fake_log.setLevel(logging.CRITICAL)
+    caches = _no_compile_caches()
+    caches.__enter__()
+    try:
+        torch._dynamo.reset()
+        prog, make_inputs = program.build()
+        inputs = make_inputs()
+        try:
+            compiled, captured = _compile(prog, path)
+            got = compiled(*inputs)
+        except Exception as e:  # noqa: BLE001
+            root = _root_exception(e)
+            first = (str(root).strip().splitlines() or [""])[0]
+            tb = "".join(traceback.format_exception(root))[-4000:]
+            frames = [
+                f for f in traceback.extract_tb(root.__traceback__) if "/autofunc/" in f.filename
+            ]
+            where = " <- ".join(
+                f"autofunc/{f.filename.rsplit('/autofunc/', 1)[1]}:{f.lineno} {f.name}"
+                for f in reversed(frames[-3:])
+            )
+            if where:
+                tb = f"raised at {where}\n{tb}"
+            kind = "exception"
+            if any(pat.search(str(root)) for pat, _ in LIMITATIONS):
+                kind = "limitation"
+            return Failure(
+                program,
+                strategy,
+                path,
+                kind,
+                f"{type(root).__name__}: {first}",
+                tb,
+                _graphs(captured),
+            )
+        bad = []
+        if not (isinstance(got, tuple) and len(got) == len(expected)):
+            bad.append(f"outputs: expected a {len(expected)}-tuple, got {type(got).__name__}")
+        else:
+            outside = _outside_storage(program, got)
+            if outside is not None:  # reading it would read past its storage: report, never read
+                return Failure(program, strategy, path, *outside, "", _graphs(captured))
+            for i, (e_, g) in enumerate(zip(expected, got)):
+                if not same_result(e_, g):
+                    bad.append(f"output {i} ({program.returns[i]}): {_diff(e_, g)}")
+        for p, e_, g in zip(program.params, eager_inputs, inputs):
+            if not same_result(e_, g):
+                bad.append(f"input {p} after the call: {_diff(e_, g)}")
+        if bad:
+            return Failure(
+                program,
+                strategy,
+                path,
+                "mismatch",
+                bad[0].split("\n")[0],
+                "\n".join(bad),
+                _graphs(captured),
+            )
+        return None
+    finally:
+        caches.__exit__(None, None, None)
+        fake_log.setLevel(level)
+        for r in regs:
+            r.remove()
+        torch._dynamo.reset()
+
+
+def _graphs(captured: Any) -> str:
+    if captured is None:
+        return ""
+    parts = []
+    for i, (f, r) in enumerate(itertools.zip_longest(captured.functional, captured.reinplaced)):
+        if f:
+            parts.append(f"-- functional forward graph {i}\n{f}")
+        if r:
+            parts.append(f"-- after autofunc.reinplace {i}\n{r}")
+    if captured.report.calls:
+        parts.append(f"-- report\n{captured.report}")
+    return "\n".join(parts)

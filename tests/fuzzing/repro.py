@@ -1,0 +1,118 @@
+"""Self-contained reproducer scripts for failures."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .check import Failure
+
+_TESTS_DIR = str(Path(__file__).resolve().parent.parent)  # where the ``fuzzing`` package lives
+
+
+_REPRO = '''\
+"""Minimal reproducer found by the fuzzer in tests/fuzzing ({origin}).
+
+strategy={strategy!r} path={path!r}: {kind}: {message}
+{detail}
+{triage}
+Run: python {filename}   or   pytest {filename}
+"""
+
+import sys
+
+import torch
+import torch._functorch.config
+import torch._inductor.config
+
+import autofunc
+
+sys.path.insert(0, {tests_dir!r})
+import fuzzing as fuzz  # tests/fuzzing: defines the autofunc_fuzz ops (see their docstrings)
+from autofunc.testing import compile_capture, same_result
+
+ops = torch.ops.autofunc_fuzz
+STRATEGY = {strategy!r}  # "builtin": the ops are left to PyTorch's auto_functionalized
+PATH = {path!r}
+
+
+{program}
+
+def _compile(fn):
+    if PATH == "aot_eager":
+        return torch.compile(fn, backend="aot_eager", fullgraph=True)
+    if PATH == "capture":  # AOTAutograd + autofunc.reinplace on the forward graph, no Inductor
+        return compile_capture(fn, fullgraph=True)[0]
+    return torch.compile(fn, fullgraph=True)
+
+
+def test_repro():
+    torch._dynamo.reset()
+    eager_inputs = make_inputs()
+    expected = prog(*eager_inputs)
+    regs = []
+    if STRATEGY != "builtin":
+        regs = [autofunc.register(op, strategy=STRATEGY) for op in fuzz.OPS]
+    try:
+        inputs = make_inputs()
+        # No compile caches: a cached artifact may come from another strategy.
+        with torch._functorch.config.patch(enable_autograd_cache=False), \\
+                torch._inductor.config.patch(fx_graph_cache=False):
+            got = _compile(prog)(*inputs)
+    finally:
+        for r in regs:
+            r.remove()
+    for i, (e, g) in enumerate(zip(expected, got)):
+        assert same_result(e, g), f"output {{i}}: eager {{e}} vs compiled {{g}}"
+    for i, (e, g) in enumerate(zip(eager_inputs, inputs)):
+        assert same_result(e, g), f"input {{i}} after the call: eager {{e}} vs compiled {{g}}"
+
+
+if __name__ == "__main__":
+    test_repro()
+    print("passed")
+{graphs}'''
+
+
+def _repro_name(failure: Failure) -> str:
+    key = f"{failure.program.full_source()}|{failure.strategy}|{failure.path}"
+    return f"fuzz_repro_{hashlib.sha1(key.encode()).hexdigest()[:10]}.py"
+
+
+def repro_source(failure: Failure, triage_result: dict[str, str] | None = None) -> str:
+    name = _repro_name(failure)
+    tri = ""
+    if triage_result:
+        rows = "\n".join(f"  {k}: {v}" for k, v in triage_result.items())
+        tri = f"Same program elsewhere:\n{rows}\n"
+    detail = failure.detail if failure.kind == "mismatch" else failure.detail.split("\n", 1)[0]
+    if not detail.startswith(("raised at", "output", "input")):
+        detail = ""
+    graphs = ""
+    if failure.graphs:
+        graphs = "\n# " + "\n# ".join(failure.graphs.splitlines()) + "\n"
+    return _REPRO.format(
+        origin=failure.program.origin or "no origin",
+        strategy=failure.strategy,
+        path=failure.path,
+        kind=failure.kind,
+        message=failure.message.replace('"""', "'''"),
+        detail=detail.replace('"""', "'''").replace("\\", "\\\\"),
+        triage=tri,
+        filename=name,
+        program=failure.program.full_source(),
+        graphs=graphs,
+        tests_dir=_TESTS_DIR,
+    )
+
+
+def write_repro(
+    failure: Failure, out_dir: str | Path, triage_result: dict[str, str] | None = None
+) -> Path:
+    """Write ``fuzz_repro_<hash>.py`` (hash of program, strategy and path) into ``out_dir``;
+    returns its path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / _repro_name(failure)
+    path.write_text(repro_source(failure, triage_result))
+    return path
