@@ -9,7 +9,7 @@ import torch
 
 
 from .check import Failure, check
-from .generate import _dims
+from .state import _dims
 from .program import EagerError, FuzzProgram, _F64, _NAME
 
 
