@@ -1,5 +1,6 @@
 """Helpers for testing programs that use autofunc: capture the functional graphs a compile
-produces, run the re-inplace pass on them, and print graphs in a stable, short form.
+produces, run the re-inplace pass on them, print graphs in a stable, short form, and check a
+compiled function against eager (``run_against_eager``: outputs and final inputs).
 
 Used by autofunc's own tests and benchmarks; handy in user tests too.
 """
@@ -16,7 +17,16 @@ import torch.fx as fx
 from .passes.reinplace import reinplace
 from .passes.report import Report
 
-__all__ = ["CapturedGraphs", "compile_capture", "format_graph", "count_targets", "same_result"]
+__all__ = [
+    "CapturedGraphs",
+    "EagerCheck",
+    "clone_inputs",
+    "compile_capture",
+    "count_targets",
+    "format_graph",
+    "run_against_eager",
+    "same_result",
+]
 
 
 @dataclasses.dataclass
@@ -104,3 +114,70 @@ def same_result(a: Any, b: Any, atol: float = 1e-5, rtol: float = 1e-5) -> bool:
             and all(same_result(x, y, atol, rtol) for x, y in zip(a, b))
         )
     return a == b
+
+
+def clone_inputs(inputs: Any) -> list:
+    """Copies of ``inputs`` for a reference run. A tensor gets a new storage with its exact
+    layout (size, stride, storage offset), and tensors that share a storage share the copy, so
+    the aliasing between inputs is kept; any other value is passed as it is."""
+    copies: dict[tuple, torch.UntypedStorage] = {}
+    out = []
+    for t in inputs:
+        if not isinstance(t, torch.Tensor):
+            out.append(t)
+            continue
+        storage = t.untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes(), t.device)
+        if key not in copies:
+            copies[key] = storage.clone()
+        with torch.no_grad():
+            copy = torch.empty(0, dtype=t.dtype, device=t.device)
+            copy.set_(copies[key], t.storage_offset(), t.shape, t.stride())
+        out.append(copy.requires_grad_(t.requires_grad))
+    return out
+
+
+@dataclasses.dataclass
+class EagerCheck:
+    """One call of a function in eager and of its compiled form, on equal inputs."""
+
+    expected: Any  # eager's outputs
+    got: Any  # the compiled function's outputs
+    eager_inputs: list  # eager's inputs after the call
+    inputs: list  # the compiled function's inputs after the call
+    mismatch: list[str]  # what differs: "output", "arg0", "arg1", ...
+    seconds: float  # the compiled call (the first one compiles)
+
+    @property
+    def correct(self) -> bool:
+        return not self.mismatch
+
+
+def run_against_eager(
+    fn: Callable,
+    compiled: Callable,
+    inputs: Any,
+    *,
+    atol: float = 1e-5,
+    rtol: float = 1e-5,
+    sync: Callable[[], None] | None = None,
+) -> EagerCheck:
+    """Run ``fn`` on copies of ``inputs`` (``clone_inputs``) and ``compiled`` on ``inputs``
+    themselves, then compare the outputs and the final value of every input.
+
+    ``sync`` (a device synchronization) runs before the compiled call's time is read.
+    """
+    import time
+
+    inputs = list(inputs)
+    eager_inputs = clone_inputs(inputs)
+    expected = fn(*eager_inputs)
+    t0 = time.perf_counter()
+    got = compiled(*inputs)
+    if sync is not None:
+        sync()
+    seconds = time.perf_counter() - t0
+    pairs = [("output", got, expected)]
+    pairs += [(f"arg{i}", a, e) for i, (a, e) in enumerate(zip(inputs, eager_inputs))]
+    mismatch = [name for name, a, e in pairs if not same_result(a, e, atol, rtol)]
+    return EagerCheck(expected, got, eager_inputs, inputs, mismatch, seconds)

@@ -25,12 +25,3 @@ def strategy(request):
     yield request.param
     for r in regs:
         r.remove()
-
-
-def run_eager_and(compiled_fn, program):
-    """(eager result, eager inputs after, compiled result, compiled inputs after)."""
-    inputs = program.inputs()
-    eager_inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
-    expected = program.fn(*eager_inputs)
-    got = compiled_fn(*inputs)
-    return expected, eager_inputs, got, list(inputs)

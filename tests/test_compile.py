@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from autofunc.bench import corpus
-from autofunc.testing import compile_capture, same_result
+from autofunc.testing import compile_capture, run_against_eager
 
 PROGRAMS = sorted(corpus.PROGRAMS)
 INDUCTOR_PROGRAMS = [
@@ -22,22 +22,14 @@ INDUCTOR_PROGRAMS = [
 ]
 
 
-def _clone_all(inputs):
-    return [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
-
-
 def assert_matches_eager(fn, compiled, make_inputs, *, calls: int = 1):
     """``compiled`` returns what ``fn`` returns and leaves its inputs as ``fn`` does.
 
     ``calls > 1`` runs it again on fresh inputs (the cached compiled code).
     """
     for _ in range(calls):
-        inputs = list(make_inputs())
-        eager_inputs = _clone_all(inputs)
-        expected = fn(*eager_inputs)
-        got = compiled(*inputs)
-        assert same_result(expected, got), f"outputs differ:\n{expected}\n{got}"
-        assert same_result(eager_inputs, inputs), f"inputs differ:\n{eager_inputs}\n{inputs}"
+        check = run_against_eager(fn, compiled, make_inputs())
+        assert check.correct, f"{check.mismatch} differ:\n{check.expected}\n{check.got}"
 
 
 # -- every program ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import autofunc
 from autofunc import symbolic
 from autofunc.bench import corpus
 from autofunc.bench.model import MUTABLE_OPS, ModelConfig, TinyDecoder, make_inputs
-from autofunc.testing import compile_capture, same_result
+from autofunc.testing import compile_capture, run_against_eager, same_result
 
 _NS = "autofunc_dyn"
 
@@ -72,11 +72,8 @@ def data_dependent():
 
 def check(fn, compiled, *inputs):
     """``compiled(*inputs)`` returns what ``fn`` does and leaves the inputs as ``fn`` does."""
-    eager_inputs = [t.clone() for t in inputs]
-    expected = fn(*eager_inputs)
-    got = compiled(*inputs)
-    assert same_result(expected, got), f"outputs differ:\n{expected}\n{got}"
-    assert same_result(eager_inputs, list(inputs)), "final inputs differ"
+    result = run_against_eager(fn, compiled, inputs)
+    assert result.correct, f"{result.mismatch} differ:\n{result.expected}\n{result.got}"
 
 
 # -- item 2: unbacked sizes ---------------------------------------------------------------------

@@ -46,10 +46,6 @@ class Row:
     peak: int | None = None
 
 
-def _clone_inputs(inputs: tuple) -> list:
-    return [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
-
-
 def run_program(name: str, config: str) -> Row:
     """Compile and check one program under one configuration, in this process."""
     import torch._functorch.config as functorch_config
@@ -57,7 +53,7 @@ def run_program(name: str, config: str) -> Row:
     from torch._dynamo.utils import counters
 
     from ..inductor import last_reports
-    from ..testing import same_result
+    from ..testing import run_against_eager
 
     program = corpus.PROGRAMS[name]
     strategy, auto_v2 = CONFIGS[config]
@@ -74,11 +70,7 @@ def run_program(name: str, config: str) -> Row:
             functorch_config.patch(enable_autograd_cache=False),
         ):
             fn = program.fn if config == "eager" else torch.compile(program.fn, backend="inductor")
-            inputs = program.inputs()
-            expected_inputs = _clone_inputs(inputs)
-            expected = program.fn(*expected_inputs)
-            got = fn(*inputs)
-            row.correct = same_result(got, expected) and same_result(list(inputs), expected_inputs)
+            row.correct = run_against_eager(program.fn, fn, program.inputs()).correct
             fresh = program.inputs()
             mem = measure_memory(lambda: fn(*fresh))
             row.allocated, row.peak = mem.allocated, mem.peak

@@ -163,7 +163,7 @@ def measure_compile(
 
     import autofunc
 
-    from ..testing import same_result
+    from ..testing import run_against_eager
     from .model import MUTABLE_OPS, ModelConfig, TinyDecoder, make_inputs
 
     record = CompileRecord(config, layers)
@@ -180,17 +180,16 @@ def measure_compile(
             inductor_config.patch(fx_graph_cache=False, enable_auto_functionalized_v2=True),
             functorch_config.patch(enable_autograd_cache=False),
         ):
-            eager_inputs = make_inputs(cfg, device)
-            expected = model(*eager_inputs.args())
-            inputs = make_inputs(cfg, device)
-            t0 = time.perf_counter()
-            got = torch.compile(model, backend="inductor")(*inputs.args())
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            setattr(record, f"{phase}_s", time.perf_counter() - t0)
-        record.correct = same_result(got, expected, 1e-4, 1e-4) and same_result(
-            inputs.kv_cache, eager_inputs.kv_cache, 1e-4, 1e-4
-        )
+            check = run_against_eager(
+                model,
+                torch.compile(model, backend="inductor"),
+                make_inputs(cfg, device).args(),
+                atol=1e-4,
+                rtol=1e-4,
+                sync=torch.cuda.synchronize if device.startswith("cuda") else None,
+            )
+            setattr(record, f"{phase}_s", check.seconds)
+        record.correct = check.correct
         record.autofunc_pass_s = timers.seconds.get("autofunc_pass", 0.0)
         record.builtin_reinplace_s = timers.seconds.get("builtin_reinplace", 0.0)
         record.builtin_decompose_s = timers.seconds.get("builtin_decompose", 0.0)

@@ -155,28 +155,22 @@ def _compile_and_check(
     from torch._dynamo.utils import counters
 
     from ..inductor import last_reports
-    from ..testing import same_result
+    from ..testing import run_against_eager
 
     fn, make_args = program.fn, program.make_args
     autofunc_strategy, _, is_compiled = STRATEGIES[strategy]
-    eager_args = make_args()
-    expected = fn(*eager_args)
 
     torch._dynamo.reset()
     counters.clear()
     last_reports(clear=True)
     compiled = torch.compile(fn, backend=sweep.backend) if is_compiled else fn
-    args = make_args()
-    t0 = time.perf_counter()
-    got = compiled(*args)
-    _sync(sweep.device)
-    record.compile_s = time.perf_counter() - t0 if is_compiled else 0.0
-
     tol = _TOLERANCE.get(sweep.torch_dtype, 1e-4)
-    pairs = [("output", got, expected)]
-    pairs += [(f"arg{i}", a, e) for i, (a, e) in enumerate(zip(args, eager_args))]
-    record.mismatch = [name for name, a, e in pairs if not same_result(a, e, tol, tol)]
-    record.correct = not record.mismatch
+    check = run_against_eager(
+        fn, compiled, make_args(), atol=tol, rtol=tol, sync=lambda: _sync(sweep.device)
+    )
+    record.compile_s = check.seconds if is_compiled else 0.0
+    record.mismatch = check.mismatch
+    record.correct = check.correct
     if autofunc_strategy is not None:
         reports = last_reports(clear=True)
         record.clones = sum(r.num_clones for r in reports)
@@ -187,7 +181,7 @@ def _compile_and_check(
         )
     else:
         record.clones = 0
-    return compiled, args, eager_args
+    return compiled, tuple(check.inputs), tuple(check.eager_inputs)
 
 
 def _time_and_memory(

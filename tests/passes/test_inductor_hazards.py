@@ -7,7 +7,7 @@ import torch
 
 import autofunc
 import fuzzing as fuzz  # tests/fuzzing: the autofunc_fuzz ops
-from autofunc.testing import same_result
+from autofunc.testing import run_against_eager
 
 
 @torch.library.custom_op("autofunc_hazards::add_one", mutates_args={"x"})
@@ -32,12 +32,11 @@ def _aliases_input(outs, inputs):
 
 
 def check_inductor(fn, *inputs):
-    eager_inputs = [t.clone() for t in inputs]
-    expected = fn(*eager_inputs)
-    got = torch.compile(fn, fullgraph=True)(*inputs)
-    assert same_result(_tensors(got), _tensors(expected))
-    assert same_result(list(inputs), eager_inputs)
-    assert _aliases_input(got, inputs) == _aliases_input(expected, eager_inputs)
+    check = run_against_eager(fn, torch.compile(fn, fullgraph=True), inputs)
+    assert check.correct, check.mismatch
+    assert _aliases_input(check.got, check.inputs) == _aliases_input(
+        check.expected, check.eager_inputs
+    )
 
 
 def _grid():

@@ -10,7 +10,7 @@ import autofunc
 from autofunc import Reason
 from autofunc.hops.adapter import mutation_targets
 from autofunc.bench import corpus
-from autofunc.testing import compile_capture, count_targets, same_result
+from autofunc.testing import compile_capture, count_targets, run_against_eager
 
 aten = torch.ops.aten
 
@@ -19,12 +19,9 @@ def run(program_or_fn, inputs=None, **capture_kwargs):
     """Compile with the pass, check against eager (outputs and inputs); return captured."""
     fn = getattr(program_or_fn, "fn", program_or_fn)
     inputs = inputs if inputs is not None else program_or_fn.inputs()
-    eager_inputs = [t.clone() for t in inputs]
-    expected = fn(*eager_inputs)
     compiled, captured = compile_capture(fn, **capture_kwargs)
-    got = compiled(*inputs)
-    assert same_result(got, expected)
-    assert same_result(list(inputs), eager_inputs)
+    check = run_against_eager(fn, compiled, inputs)
+    assert check.correct, check.mismatch
     return captured
 
 
