@@ -55,6 +55,7 @@ class CompileRecord:
     config: str
     layers: int
     hops: int | None = None  # HOP nodes seen by the re-inplace pass of this config
+    nodes: int | None = None  # all nodes of the graph(s) that pass saw
     cold_s: float | None = None  # first compile, empty kernel cache
     warm_s: float | None = None  # second compile, kernels cached, every graph pass run again
     autofunc_pass_s: float | None = None  # (warm compile) autofunc.inductor.reinplace
@@ -86,6 +87,7 @@ class _Timers:
         self.seconds: dict[str, float] = defaultdict(float)
         self.gc_seconds: dict[str, float] = defaultdict(float)
         self.hops: dict[str, int] = defaultdict(int)
+        self.nodes: dict[str, int] = defaultdict(int)
         self._active: str | None = None
         self._gc_start = 0.0
         gc.callbacks.append(self._on_gc)
@@ -98,7 +100,11 @@ class _Timers:
         else:
             self.gc_seconds[self._active] += time.perf_counter() - self._gc_start
 
-    def wrap(self, module: Any, name: str, key: str, count_hops: Callable[..., int]) -> None:
+    def wrap(
+        self, module: Any, name: str, key: str, count: Callable[..., tuple[int, int]]
+    ) -> None:
+        """Time ``module.name`` under ``key``; ``count(*args)`` gives its graph's (HOP nodes,
+        all nodes)."""
         original = getattr(module, name)
         depth = 0
 
@@ -108,7 +114,9 @@ class _Timers:
             if depth:
                 return original(*args, **kwargs)
             depth += 1
-            self.hops[key] += count_hops(*args, **kwargs)
+            hops, nodes = count(*args, **kwargs)
+            self.hops[key] += hops
+            self.nodes[key] += nodes
             self._active = key
             t0 = time.perf_counter()
             try:
@@ -124,10 +132,13 @@ class _Timers:
         self.seconds.clear()
         self.gc_seconds.clear()
         self.hops.clear()
+        self.nodes.clear()
 
 
-def _count(graph: torch.fx.Graph, targets: tuple) -> int:
-    return sum(1 for n in graph.nodes if n.op == "call_function" and n.target in targets)
+def _count(graph: torch.fx.Graph, targets: tuple) -> tuple[int, int]:
+    """(calls of ``targets``, all nodes) in ``graph``."""
+    hops = sum(1 for n in graph.nodes if n.op == "call_function" and n.target in targets)
+    return hops, len(graph.nodes)
 
 
 def _install_timers() -> _Timers:
@@ -149,7 +160,9 @@ def _install_timers() -> _Timers:
         "builtin_reinplace",
         lambda *args: _count(args[-1], builtin),
     )
-    timers.wrap(post_grad, "decompose_auto_functionalized", "builtin_decompose", lambda graph: 0)
+    timers.wrap(
+        post_grad, "decompose_auto_functionalized", "builtin_decompose", lambda graph: (0, 0)
+    )
     return timers
 
 
@@ -199,9 +212,9 @@ def measure_compile(
             else ("builtin_reinplace", "builtin_decompose")
         )
         record.pass_gc_s = sum(timers.gc_seconds.get(k, 0.0) for k in keys)
-        record.hops = timers.hops.get(
-            "autofunc_pass" if config == "autofunc_v2" else "builtin_reinplace", 0
-        )
+        key = "autofunc_pass" if config == "autofunc_v2" else "builtin_reinplace"
+        record.hops = timers.hops.get(key, 0)
+        record.nodes = timers.nodes.get(key, 0)
     except Exception as e:  # noqa: BLE001 - a failed compile is a result
         text = str(e).strip()
         record.error = f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
@@ -280,16 +293,19 @@ def run(
 
 def format_table(records: list[CompileRecord]) -> str:
     by = {(r.config, r.layers): r for r in records}
-    header = ["layers", "hops", "builtin pass ms", "gc", "/hop-gc", "autofunc pass ms", "gc",
-              "/hop-gc", "warm s b/a", "ratio", "cold s b/a", "ratio"]  # fmt: skip
+    header = ["layers", "hops", "nodes", "builtin pass ms", "gc", "/hop", "/hop-gc",
+              "autofunc pass ms", "gc", "/hop", "/hop-gc", "warm s b/a", "ratio", "cold s b/a",
+              "ratio"]  # fmt: skip
     body = []
     for layers in dict.fromkeys(r.layers for r in records):
         b, a = by.get(("builtin_v2", layers)), by.get(("autofunc_v2", layers))
         hops = next((r.hops for r in (a, b) if r is not None and r.hops), None)
-        row = [str(layers), _f(hops, "d")]
+        nodes = next((r.nodes for r in (a, b) if r is not None and r.nodes), None)
+        row = [str(layers), _f(hops, "d"), _f(nodes, "d")]
         for r in (b, a):
             no_gc = None if r is None or r.pass_s is None else r.pass_s - (r.pass_gc_s or 0.0)
-            row += [_ms(r and r.pass_s), _ms(r and r.pass_gc_s), _ms(no_gc, hops)]
+            row += [_ms(r and r.pass_s), _ms(r and r.pass_gc_s), _ms(r and r.pass_s, hops)]
+            row += [_ms(no_gc, hops)]
         for attr in ("warm_s", "cold_s"):
             bs, as_ = getattr(b, attr, None), getattr(a, attr, None)
             row += [f"{_f(bs, '.1f')}/{_f(as_, '.1f')}", _ratio(as_, bs)]
@@ -309,7 +325,8 @@ def format_table(records: list[CompileRecord]) -> str:
     out.append(
         "builtin pass = reinplace_inplaceable_ops + decompose_auto_functionalized; autofunc "
         "pass = autofunc.inductor.reinplace (analysis + rewrite); both from the warm compile, "
-        "gc = the part of it Python's garbage collector took, /hop-gc = the rest per HOP node. "
+        "gc = the part of it Python's garbage collector took, /hop = the pass per HOP node (gc "
+        "included), /hop-gc = without it; nodes = all nodes of the graph the pass saw. "
         "warm/cold: end-to-end first call "
         "(builtin/autofunc) with the kernel cache full/empty, each in a fresh process; "
         "ratio = autofunc / builtin."
