@@ -3,7 +3,8 @@
 Public API:
 
 * :func:`register` / :func:`functionalize` / :func:`override` (temporarily): route an op's
-  functionalization to autofunc's v1 or v2 HOP (:data:`auto_functionalized_v1`, :data:`auto_functionalized_v2`).
+  functionalization to autofunc's v1 or v2 HOP (:data:`auto_functionalized_v1`,
+  :data:`auto_functionalized_v2`).
 * :func:`reinplace`: the re-inplace pass on any FX graph; returns a :class:`Report`.
 * :func:`explain`: compile a function and report where every mutable buffer went.
 """

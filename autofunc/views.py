@@ -781,7 +781,9 @@ def read_chain(wire: Sequence, pos: int = 0) -> tuple[ViewChain, int]:
                 steps.append(AsStrided(tuple(size), tuple(stride), wire[pos + 2 * ndim]))
                 pos += 2 * ndim + 1
             else:
-                raise MalformedViewsError(f"unknown view-chain step tag {tag!r} at {pos - 1} in {wire!r}")
+                raise MalformedViewsError(
+                    f"unknown view-chain step tag {tag!r} at {pos - 1} in {wire!r}"
+                )
     except (IndexError, TypeError) as e:
         raise MalformedViewsError(f"malformed view chain at {pos} in {wire!r}") from e
     return ViewChain(tuple(steps)), pos

@@ -21,18 +21,10 @@ import sys
 import torch
 
 from . import corpus, worker
+from .configs import CONFIGS
 from .measure import measure_memory
 
 __all__ = ["CONFIGS", "Row", "run_program", "compare", "format_table", "bytes_gate"]
-
-# name -> (autofunc strategy or None for PyTorch's handling, inductor's enable_auto_functionalized_v2)
-CONFIGS = {
-    "eager": (None, None),
-    "builtin_v1": (None, False),
-    "builtin_v2": (None, True),
-    "autofunc_v1": ("v1", True),
-    "autofunc_v2": ("v2", True),
-}
 
 
 @dataclasses.dataclass
@@ -56,7 +48,7 @@ def run_program(name: str, config: str) -> Row:
     from ..testing import run_against_eager
 
     program = corpus.PROGRAMS[name]
-    strategy, auto_v2 = CONFIGS[config]
+    strategy, auto_v2 = CONFIGS[config].strategy, CONFIGS[config].builtin_v2
     row = Row(name, config)
     regs = corpus.register_all(strategy)
     torch._dynamo.reset()
@@ -69,7 +61,8 @@ def run_program(name: str, config: str) -> Row:
             ),
             functorch_config.patch(enable_autograd_cache=False),
         ):
-            fn = program.fn if config == "eager" else torch.compile(program.fn, backend="inductor")
+            compiled = CONFIGS[config].compiled
+            fn = torch.compile(program.fn, backend="inductor") if compiled else program.fn
             row.correct = run_against_eager(program.fn, fn, program.inputs()).correct
             fresh = program.inputs()
             mem = measure_memory(lambda: fn(*fresh))

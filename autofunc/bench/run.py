@@ -115,7 +115,7 @@ def measure_point(
 
 
 def _register(program: cases.Program, strategy: str) -> list:
-    autofunc_strategy = STRATEGIES[strategy][0]
+    autofunc_strategy = STRATEGIES[strategy].strategy
     if autofunc_strategy is None:
         return []
     import autofunc
@@ -130,7 +130,7 @@ def _compile_config(strategy: str) -> contextlib.ExitStack:
     stack = contextlib.ExitStack()
     stack.enter_context(
         inductor_config.patch(
-            enable_auto_functionalized_v2=STRATEGIES[strategy][1],
+            enable_auto_functionalized_v2=STRATEGIES[strategy].builtin_v2,
             fx_graph_cache=False,
             # Compile kernels in the point's own process: a fresh worker pool per point would
             # cost more than it saves, and serial builds keep compile times comparable.
@@ -158,7 +158,8 @@ def _compile_and_check(
     from ..testing import run_against_eager
 
     fn, make_args = program.fn, program.make_args
-    autofunc_strategy, _, is_compiled = STRATEGIES[strategy]
+    config = STRATEGIES[strategy]
+    autofunc_strategy, is_compiled = config.strategy, config.compiled
 
     torch._dynamo.reset()
     counters.clear()

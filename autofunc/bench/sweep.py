@@ -15,19 +15,13 @@ from typing import Any
 import torch
 
 from .cases import CASES
+from .configs import CONFIGS
 from .model import ModelConfig
 
 __all__ = ["FULL", "GPU", "QUICK", "STRATEGIES", "SWEEPS", "Sweep"]
 
-# strategy -> (autofunc strategy or None for PyTorch's own handling,
-#              Inductor's ``enable_auto_functionalized_v2``, compiled?)
-STRATEGIES: dict[str, tuple[str | None, bool, bool]] = {
-    "eager": (None, True, False),  # the reference every ratio is taken against
-    "builtin_v1": (None, False, True),  # PyTorch's auto_functionalized
-    "builtin_v2": (None, True, True),  # PyTorch's auto_functionalized_v2
-    "autofunc_v1": ("v1", True, True),  # autofunc_v1 + autofunc's re-inplace pass
-    "autofunc_v2": ("v2", True, True),  # autofunc_v2 + autofunc's re-inplace pass
-}
+# The configurations a sweep can draw as lines (``bench.configs``).
+STRATEGIES = CONFIGS
 
 # x name -> ModelConfig field, where they differ.
 _X_FIELDS = {"cache_blocks": "num_blocks"}

@@ -130,7 +130,9 @@ def decode_views(info: OpInfo, wire: Sequence) -> dict[str, ViewsEntry]:
         elif len(arg_views) == 1:
             out[arg.name] = arg_views[0]
         else:
-            raise MalformedViewsError(f"_views gives {count} tensors for {arg.name} of {info.qualname}")
+            raise MalformedViewsError(
+                f"_views gives {count} tensors for {arg.name} of {info.qualname}"
+            )
     if pos != len(wire):
         raise MalformedViewsError(f"trailing values in _views of {info.qualname}: {wire!r}")
     return out
