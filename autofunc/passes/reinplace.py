@@ -811,11 +811,31 @@ def _separate_outputs_from_inputs(ctx: _Pass) -> None:
         if not isinstance(arg, fx.Node) or _written_input(arg) not in copied_back:
             return arg
         if arg not in clones:
-            with graph.inserting_before(out):
+            with graph.inserting_before(_copy_point(ctx, arg, out)):
                 clones[arg] = emit_clone(ctx, arg)
         return clones[arg]
 
     out.args = fx.node.map_arg(out.args, separate)
+
+
+def _copy_point(ctx: _Pass, arg: fx.Node, out: fx.Node) -> fx.Node:
+    """Where to copy the returned ``arg``: before the first later scatter built on its memory
+    (Inductor re-inplaces such a scatter into the input too, and would overwrite ``arg``'s
+    memory before a copy placed after it reads it; fuzz seed 20261128 #6), else before the
+    output. A graph input is copied at the end: its returned value is the one copied back."""
+    if arg.op == "placeholder":
+        return out
+    node = arg.next
+    while node is not out:
+        base = node.args[0] if node.op == "call_function" and node.args else None
+        if (
+            node.target in _INDUCTOR_INPLACEABLE
+            and isinstance(base, fx.Node)
+            and ctx.analysis.same_memory(base, arg)
+        ):
+            return node
+        node = node.next
+    return out
 
 
 def _remove_self_copies(graph: fx.Graph) -> None:

@@ -248,3 +248,29 @@ def test_buffer_that_overlaps_itself(fuzz_strategy, fn):
     finally:
         for r in regs:
             r.remove()
+
+
+# -- a returned view of a buffer a later scatter writes (fuzz seed 20261128 #6) ---------------
+
+
+def returned_view_then_scatter(a):
+    v0 = a.select(0, 0)
+    fuzz.mret(v0, v0)
+    fuzz.m3way(v0, v0, v0)
+    t4 = v0.clone()  # Inductor drops this clone: the output is v0's version itself
+    fuzz.mopt(v0, t4)
+    return (t4,)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_returned_view_is_copied_before_a_later_scatter(fuzz_strategy):
+    # The output's copy (Note [Returned scatters under Inductor]) used to sit at the end of
+    # the graph; Inductor re-inplaced the later select_scatter into the input first, so the copy
+    # read the value mopt wrote (v1 and the built-in: -1 where eager gives 0).
+    regs = [autofunc.register(op, strategy=fuzz_strategy) for op in fuzz.OPS]
+    try:
+        torch.manual_seed(967804291)
+        check_inductor(returned_view_then_scatter, torch.randn(3, dtype=torch.float64))
+    finally:
+        for r in regs:
+            r.remove()
