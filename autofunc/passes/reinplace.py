@@ -39,7 +39,7 @@ from .emit import (
     pin_layout,
 )
 from ..regions import Region, overlaps
-from ..symbolic import overlaps_itself
+from ..symbolic import contiguous_or_false, overlaps_itself
 from .report import CallReport, Decision, Reason, Report
 
 __all__ = ["reinplace", "RULES", "Rule"]
@@ -245,6 +245,26 @@ def _overlapping_buffer(q: _Query) -> Verdict:
     return None
 
 
+def _unfixed_layout(q: _Query) -> Verdict:
+    """Note [Layouts Inductor chooses]
+    Inductor lays out a buffer it computes as it likes (densely) whatever strides the graph
+    records, and an ``as_strided`` of it (a pinned layout, an ``as_strided`` step of a chain)
+    reinterprets that buffer with the recorded strides: for a gappy or permuted buffer that
+    reads and writes the wrong elements, or past the allocation (fuzz seed 20261129 #45: heap
+    corruption). Such a buffer, taken other than whole, is cloned into a span whose layout is
+    fixed (Note [Clones for Inductor]); contiguous buffers, graph inputs and whole buffers keep
+    their own layout."""
+    ctx, buf = q.ctx, q.buf
+    if not ctx.for_inductor or buf.node.op == "placeholder":
+        return None
+    whole = all(c.is_alias for c in buf.chains) and not _aliased_args(buf, q.written)
+    if whole or (
+        contiguous_or_false(buf.node.meta["val"]) and contiguous_or_false(q.root.meta["val"])
+    ):
+        return None
+    return Reason.UNFIXED_LAYOUT, buf.node.name
+
+
 def _same_buffer_twice(q: _Query) -> Verdict:
     analysis = q.ctx.analysis
     for other in q.bufs:
@@ -315,6 +335,7 @@ RULES: tuple[Rule, ...] = (
     Rule("no fake value", _no_value),
     Rule("module constant", _constant),
     Rule("buffer overlaps itself", _overlapping_buffer),
+    Rule("layout Inductor chooses", _unfixed_layout),
     Rule("(3) one memory, two mutable buffers", _same_buffer_twice),
     Rule("(2) read by the same call", _read_by_call),
     Rule("(4) graph input: copied back, not returned", _graph_input),

@@ -28,6 +28,10 @@ class Reason(enum.Enum):
     LAZY_READ = "a value read from it earlier is used after the call (Inductor may compute it late)"
     VIEW_OF_INPUT = "a view of a graph input (its mutation is scattered back, not copied)"
     CONSTANT = "a constant of the module"
+    UNFIXED_LAYOUT = (
+        "Inductor chooses this computed buffer's layout, and the views the op gets assume the "
+        "recorded strides, which are not contiguous"
+    )
     OVERLAPS_ITSELF = (
         "it overlaps itself (a stride-0 view the graph computes); the op gets a dense copy"
     )

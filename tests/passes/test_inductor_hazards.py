@@ -274,3 +274,30 @@ def test_returned_view_is_copied_before_a_later_scatter(fuzz_strategy):
     finally:
         for r in regs:
             r.remove()
+
+
+# -- views of a gappy computed buffer (fuzz seed 20261129 #45) --------------------------------
+
+
+def gappy_buffer_views(a):
+    v0 = a.permute(0, 1)
+    v3, v4 = v0.split([2, 2], 0)
+    r5 = v0.amax() + v0.mean()
+    v6 = v3.unsqueeze(-2)
+    v6.add_(r5)
+    fuzz.m3way(v4, v6, v6)
+    return (r5,)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_views_of_a_buffer_inductor_lays_out_itself(fuzz_strategy):
+    # The scatter result the op writes has the input's gappy strides in the graph, but Inductor
+    # allocated it densely: the pinned as_strided views reached past it (heap corruption, the
+    # process aborted). The buffer is now cloned (Note [Layouts Inductor chooses]).
+    regs = [autofunc.register(op, strategy=fuzz_strategy) for op in fuzz.OPS]
+    try:
+        torch.manual_seed(41316091)
+        check_inductor(gappy_buffer_views, torch.randn(8, 2, dtype=torch.float64)[::2])
+    finally:
+        for r in regs:
+            r.remove()
