@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from typing import Any, Callable
 
 import torch
@@ -167,8 +168,6 @@ def run_against_eager(
 
     ``sync`` (a device synchronization) runs before the compiled call's time is read.
     """
-    import time
-
     inputs = list(inputs)
     eager_inputs = clone_inputs(inputs)
     expected = fn(*eager_inputs)
