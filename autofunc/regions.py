@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from . import views
+from .symbolic import cached_when_static
 from .symbolic import known as _known
 from .symbolic import span_extent
 
@@ -111,6 +112,11 @@ def region_of_geometry(
     views] in views.py); otherwise only its byte interval is known.
     """
     root_itemsize = itemsize if root_itemsize is None else root_itemsize
+    return _region(geom, root, root_dense, itemsize, root_itemsize)
+
+
+@cached_when_static(maxsize=4096)  # Note [Memoized geometry] in symbolic.py
+def _region(geom: tuple, root: tuple, root_dense: bool, itemsize: int, root_itemsize: int) -> Region:
     size, stride, off = geom
     lo = off * itemsize
     if any(_known(s == 0) for s in size):
@@ -182,7 +188,15 @@ def is_dense_root(val: torch.Tensor) -> bool:
 
 def same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Same size, stride, offset and element size (hence the same bytes)."""
-    return a.element_size() == b.element_size() and _same_root(
+    if a.element_size() != b.element_size():
+        return False
+    if not (a._has_symbolic_sizes_strides or b._has_symbolic_sizes_strides):  # all ints
+        return (
+            a.shape == b.shape
+            and a.stride() == b.stride()
+            and _known(a.storage_offset() == b.storage_offset())
+        )
+    return _same_root(
         (tuple(a.shape), tuple(a.stride()), a.storage_offset()),
         (tuple(b.shape), tuple(b.stride()), b.storage_offset()),
     )

@@ -8,9 +8,10 @@ that keeps the caller conservative (Note [Undecided geometry]). Imports torch on
 
 from __future__ import annotations
 
+import functools
 import operator
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -19,6 +20,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 __all__ = [
     "Arith",
     "PY_ARITH",
+    "cached_when_static",
     "contiguous_or_false",
     "copy_extent",
     "is_symbolic",
@@ -40,6 +42,47 @@ def known(cond: Any) -> bool:
     if isinstance(cond, bool):
         return cond
     return bool(statically_known_true(cond))
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _static(x: Any) -> bool:
+    """Whether ``x`` is built from ints, bools, ``None`` and tuples only (hashable, no SymInt)."""
+    stack = [x]
+    while stack:
+        v = stack.pop()
+        kind = type(v)
+        if kind is tuple:
+            stack.extend(v)
+        elif not (kind is int or kind is bool or v is None):
+            return False
+    return True
+
+
+def cached_when_static(maxsize: int) -> Callable[[_F], _F]:
+    """Memoize a pure function of geometry on the calls whose arguments are all static.
+
+    Note [Memoized geometry]
+    The pass asks the same geometric questions once per layer (the region a view covers, the
+    chain that regenerates it), and a decoder repeats its layers. A call whose arguments are ints
+    (in tuples) is answered from a bounded LRU table; a call with a SymInt (not hashable, and its
+    answer may depend on the shape environment) is computed every time. The function must be
+    pure and return an immutable value.
+    """
+
+    def wrap(fn: _F) -> _F:
+        cached = functools.lru_cache(maxsize=maxsize)(fn)
+
+        @functools.wraps(fn)
+        def call(*args: Any) -> Any:
+            return cached(*args) if _static(args) else fn(*args)
+
+        call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+        call.cache_info = cached.cache_info  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
+
+    return wrap
 
 
 def is_symbolic(x: Any) -> bool:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 
 from .errors import MalformedViewsError
+from .symbolic import cached_when_static
 from .symbolic import known as _known
 
 
@@ -405,26 +406,30 @@ Matching = tuple[tuple[int, int], ...]  # per view dim: (base dim, slice step)
 
 def _matchings(base: _Geom, view: _Geom, budget: list[int]) -> list[Matching]:
     """All order-preserving maps of view dims onto base dims with compatible strides."""
-    nb, nv = len(base.size), len(view.size)
     out: list[Matching] = []
-    acc: list[tuple[int, int]] = []
-
-    def rec(j: int, first: int) -> None:
-        if j == nv:
-            out.append(tuple(acc))
-            return
-        for i in range(first, nb - (nv - j) + 1):
-            budget[0] -= 1
-            if budget[0] < 0:
-                return
-            step = _kept_step(base.size[i], base.stride[i], view.size[j], view.stride[j])
-            if step is not None:
-                acc.append((i, step))
-                rec(j + 1, i + 1)
-                acc.pop()
-
-    rec(0, 0)
+    _extend_matchings(base, view, budget, 0, 0, [], out)
     return out
+
+
+def _extend_matchings(
+    base: _Geom, view: _Geom, budget: list[int], j: int, first: int, acc: list, out: list
+) -> None:
+    """Depth-first step of ``_matchings``: view dim ``j`` onto base dims from ``first`` on.
+    (A module function, not a closure: a recursive closure is a reference cycle, garbage the
+    cyclic GC must find, and this runs for every view the pass or a HOP infers.)"""
+    nb, nv = len(base.size), len(view.size)
+    if j == nv:
+        out.append(tuple(acc))
+        return
+    for i in range(first, nb - (nv - j) + 1):
+        budget[0] -= 1
+        if budget[0] < 0:
+            return
+        step = _kept_step(base.size[i], base.stride[i], view.size[j], view.stride[j])
+        if step is not None:
+            acc.append((i, step))
+            _extend_matchings(base, view, budget, j + 1, i + 1, acc, out)
+            acc.pop()
 
 
 def _is_full(base: _Geom, view: _Geom, i: int, j: int, step: int) -> bool:
@@ -451,30 +456,38 @@ def _terms(base: _Geom, view: _Geom, match: Matching) -> list[tuple[int, IntLike
 
 def _solve_static(terms: list, delta: int, budget: list[int]) -> dict[int, int] | None:
     """Exact bounded decomposition ``delta = sum c_i * s_i`` (0 <= c_i <= hi_i), all ints."""
-    terms = sorted(terms, key=lambda t: -t[1])
+    terms = sorted(terms, key=_neg_stride)
     reach = [0] * (len(terms) + 1)  # reach[k]: largest sum the terms k.. can produce
     for k in reversed(range(len(terms))):
         reach[k] = reach[k + 1] + terms[k][1] * terms[k][2]
     coeffs: dict[int, int] = {}
+    return coeffs if _decompose(terms, reach, coeffs, budget, 0, delta) else None
 
-    def dfs(k: int, rem: int) -> bool:
-        budget[0] -= 1
-        if budget[0] < 0 or rem < 0 or rem > reach[k]:
-            return False
-        if k == len(terms):
-            return rem == 0
-        dim, s, hi = terms[k]
-        if s == 0:
-            coeffs[dim] = 0
-            return dfs(k + 1, rem)
-        lo = max(0, -((reach[k + 1] - rem) // s))
-        for c in range(min(hi, rem // s), lo - 1, -1):
-            coeffs[dim] = c
-            if dfs(k + 1, rem - c * s):
-                return True
+
+def _neg_stride(term: tuple) -> int:
+    return -term[1]
+
+
+def _decompose(
+    terms: list, reach: list[int], coeffs: dict[int, int], budget: list[int], k: int, rem: int
+) -> bool:
+    """Depth-first step of ``_solve_static`` (a module function for the reason given in
+    ``_extend_matchings``): coefficients of the terms ``k..`` summing to ``rem``."""
+    budget[0] -= 1
+    if budget[0] < 0 or rem < 0 or rem > reach[k]:
         return False
-
-    return coeffs if dfs(0, delta) else None
+    if k == len(terms):
+        return rem == 0
+    dim, s, hi = terms[k]
+    if s == 0:
+        coeffs[dim] = 0
+        return _decompose(terms, reach, coeffs, budget, k + 1, rem)
+    lo = max(0, -((reach[k + 1] - rem) // s))
+    for c in range(min(hi, rem // s), lo - 1, -1):
+        coeffs[dim] = c
+        if _decompose(terms, reach, coeffs, budget, k + 1, rem - c * s):
+            return True
+    return False
 
 
 def _stride_order(a: tuple, b: tuple) -> int:
@@ -613,6 +626,15 @@ def infer_view(
     view = _Geom(tuple(size), tuple(stride), offset)
     if len(base.size) != len(base.stride) or len(view.size) != len(view.stride):
         raise ValueError(f"size/stride rank mismatch: base {base[:2]}, view {view[:2]}")
+    return _infer(*base, *view)
+
+
+@cached_when_static(maxsize=4096)  # Note [Memoized geometry]
+def _infer(
+    base_size: tuple, base_stride: tuple, base_offset: IntLike,
+    size: tuple, stride: tuple, offset: IntLike,
+) -> ViewChain:  # fmt: skip
+    base, view = _Geom(base_size, base_stride, base_offset), _Geom(size, stride, offset)
     if _same_geometry(base, view):
         return ViewChain(())
     chain = None

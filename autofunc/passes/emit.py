@@ -100,7 +100,9 @@ def _view_val(mode: FakeTensorMode, target: Any, args: tuple) -> FakeTensor | No
     needs ``meta["val"]``. Dispatching them through FakeTensorMode costs most of the pass's time
     (argument hashing for its cache, output reconstruction); a view's value is only its
     geometry over the base's fake storage, which the meta kernel computes, exactly as the fake
-    mode does inside its own dispatch. Any failure falls back to that dispatch.
+    mode does inside its own dispatch, and wraps it without entering it in the converter's memo
+    (the meta tensor is fresh, so no one looks it up; a memo entry is a weak reference more
+    per view). Any failure falls back to that dispatch.
     """
     base = args[0] if args else None
     if target not in _META_VIEWS or type(base) is not FakeTensor or base.fake_mode is not mode:
@@ -108,7 +110,7 @@ def _view_val(mode: FakeTensorMode, target: Any, args: tuple) -> FakeTensor | No
     try:
         with in_kernel_invocation_manager(mode):
             out = target(*args)
-        return mode.fake_tensor_converter.from_meta_and_device(mode, out, base.device)
+        return FakeTensor(mode, out, base.device)
     except Exception:  # noqa: BLE001 - an API that moved, a check that needs the mode
         return None
 

@@ -22,7 +22,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .. import views
 from .. import hops as _hops  # noqa: F401 - registers the v1 and v2 adapters
-from ..hops.adapter import Mutation, adapter_for
+from ..hops.adapter import Mutation, adapter_for, mutation_targets
 from ..hops.common import Distinct, unpack_outputs
 from ..errors import GraphError
 from .alias import SCATTER_VIEWS, VIEW_OPS, AliasAnalysis
@@ -95,9 +95,7 @@ def reinplace(
     Returns:
         A :class:`Report` with one :class:`CallReport` per HOP call.
     """
-    hops = [
-        n for n in gm.graph.nodes if n.op == "call_function" and adapter_for(n.target) is not None
-    ]
+    hops = _mutation_nodes(gm.graph)
     report = Report(graph=type(gm).__name__)
     if not hops:
         return report
@@ -125,9 +123,18 @@ def reinplace(
     _remove_self_copies(gm.graph)
     if for_inductor:
         _separate_outputs_from_inputs(ctx)
-    gm.graph.lint()
+    else:  # Inductor lints the graph itself once its post-grad passes are done
+        gm.graph.lint()
     gm.recompile()
     return report
+
+
+def _mutation_nodes(graph: fx.Graph) -> list[fx.Node]:
+    """The calls of every registered functional mutation node, in graph order (looked up by
+    target, not by scanning the graph)."""
+    return sorted(
+        n for t in mutation_targets() for n in graph.find_nodes(op="call_function", target=t)
+    )
 
 
 @dataclasses.dataclass
