@@ -82,12 +82,15 @@ def main() -> None:
                 print(f"objects the GC tracks: {len(gc.get_objects()) - before:+d} over the pass")
             gc.enable()
         per = [1e3 * t / hops for t in timings]
-        print(
-            f"layers={args.layers} hops={hops} nodes={len(gm.graph.nodes)} pass ms/hop: "
-            + " ".join(f"{p:.3f}" for p in per)
-            + f" (median {statistics.median(per):.3f}; gc {'on' if args.gc else 'off'})"
-        )
+        if per:
+            print(
+                f"layers={args.layers} hops={hops} nodes={len(gm.graph.nodes)} pass ms/hop: "
+                + " ".join(f"{p:.3f}" for p in per)
+                + f" (median {statistics.median(per):.3f}; gc {'on' if args.gc else 'off'})"
+            )
         gc.collect()
+        if not args.gc:
+            gc.disable()
         prof = cProfile.Profile() if args.profile else None
         sampler = _sampler() if args.sample else None
         t0 = time.perf_counter()
@@ -104,6 +107,7 @@ def main() -> None:
             with open(args.sample, "w") as f:
                 f.write(sampler.output_text(unicode=False, show_all=False))
         print(f"the pass on the graph itself: {1e3 * (time.perf_counter() - t0) / hops:.3f} ms/hop")
+        gc.enable()
         if args.finish:
             return report
         sys.stdout.flush()

@@ -23,7 +23,6 @@ from typing import Any, Iterable
 
 import torch
 import torch.fx as fx
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..regions import (
     Region,
@@ -79,7 +78,7 @@ SCATTER_VIEWS = {
 _OVERWRITE_OPS = frozenset({torch.ops.aten.copy_.default})
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Read:
     pos: int
     node: fx.Node  # the reader
@@ -110,7 +109,7 @@ class AliasAnalysis:
         self._masks: dict[fx.Node, Region | None] = {}  # scatter -> the region it replaces
         self._reads_by: dict[fx.Node, list[_Read]] = {}  # reader -> its reads
         self._members: dict[Any, list[Any]] = {}
-        self._ids: dict[StorageWeakRef, int] = {}  # fake storage -> its version
+        self._ids: dict[int, int] = {}  # fake storage (its address) -> its version
         # Per memory class, the members a query may still find something in (Note [Exhausted
         # versions]): one list for first_read_after, one for read_before_used_after.
         self._live_later: dict[Any, list[Any]] = {}
@@ -136,19 +135,17 @@ class AliasAnalysis:
                 self._record_read(node, arg)
         # When a lazily evaluated node is computed at the latest: where the first eager node
         # (or the output) needs it, through any chain of lazy users. One reverse walk.
+        lazy = {n: lazy_reader is None or lazy_reader(n) for n in self.position}
         due: dict[fx.Node, int] = {}
+        position = self.position
         for n in reversed(graph.nodes):
-            due[n] = max(
-                (
-                    due[u] if lazy_reader is None or lazy_reader(u) else self.position[u]
-                    for u in n.users
-                ),
-                default=self.position[n],
-            )
+            at = position[n]
+            for u in n.users:
+                at = max(at, due[u] if lazy[u] else position[u])
+            due[n] = at
         for reads in self.reads.values():
             for r in reads:
-                lazy = lazy_reader is None or lazy_reader(r.node)
-                r.live_until = due[r.node] if lazy else -1
+                r.live_until = due[r.node] if lazy[r.node] else -1
         self._pending: dict[Any, list[_Read]] = {}  # see read_before_used_after
         self._pending_cursor: dict[Any, int] = {}
 
@@ -159,8 +156,10 @@ class AliasAnalysis:
         if not isinstance(val, torch.Tensor):
             return
         # Versions are small ints: the union-find and the per-version tables are keyed by them,
-        # and hashing a StorageWeakRef runs Python code on every lookup.
-        key = self._ids.setdefault(StorageWeakRef(val.untyped_storage()), len(self._ids))
+        # and hashing a StorageWeakRef runs Python code on every lookup. A storage is named by
+        # its address (``_cdata``, what a StorageWeakRef compares): every value of the graph is
+        # alive while this walk runs, so no two storages share one.
+        key = self._ids.setdefault(val.untyped_storage()._cdata, len(self._ids))
         self.version[node] = key
         if key not in self.root:
             self.root[key] = node
