@@ -1,7 +1,7 @@
 """The ``autofunc`` command line: ``bench``, ``bench-compile`` and ``explain``.
 
     autofunc bench [--quick|--full|--gpu] [--json PATH] [--plot PATH] [--cases a,b] [--device D]
-    autofunc bench-compile [--layers 8,32,64,128] [--json PATH] [--device cpu|cuda]
+    autofunc bench-compile [--layers 8,32,64,128] [--repeat N] [--json PATH] [--device cpu|cuda]
     autofunc explain MODULE:FUNCTION [--strategy v1|v2] [--backend inductor|aot_eager]
 
 The only module of autofunc that prints. Benchmark code lives in ``autofunc.bench``.
@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
         help="start no new layer count after this many seconds",
     )
     compile_.add_argument("--device", default="cpu")
+    compile_.add_argument(
+        "--repeat", type=int, default=1, help="warm compiles per point, interleaved (medians)"
+    )
 
     explain = sub.add_parser("explain", help="compile FUNCTION's program and print the report")
     explain.add_argument(
@@ -204,10 +207,13 @@ def _bench_compile(args: argparse.Namespace) -> int:
         )
     if args.device not in ("cpu", "cuda"):
         raise _UsageError(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.repeat < 1:
+        raise _UsageError(f"--repeat must be >= 1, got {args.repeat}")
     _check_device("--device", args.device)
     from .bench import compile_time
 
     argv2 = ["--layers", args.layers, "--timeout", str(args.timeout), "--device", args.device]
+    argv2 += ["--repeat", str(args.repeat)]
     argv2 += ["--json", args.json] if args.json else []
     argv2 += ["--budget", str(args.budget)] if args.budget is not None else []
     return compile_time.main(argv2)

@@ -81,3 +81,42 @@ def test_sweep_rejects_unknown_names():
 def test_named_sweeps_are_data():
     assert set(QUICK.lines) == set(STRATEGIES)
     assert QUICK.config({"cache_blocks": 64, "layers": 2}).num_blocks == 64
+
+
+def test_bench_compile_repeats_interleaved_with_medians(monkeypatch):
+    # No compile here: the runner is replaced, to check the order of the runs (every point once,
+    # then again, the cold compile only first) and that timings are medians.
+    from autofunc.bench import compile_time as ct
+
+    calls = []
+    warm = iter([5.0, 1.0, 9.0, 3.0, 2.0, 8.0, 4.0, 6.0, 7.0, 1.5, 2.5, 3.5])
+
+    def fake_run_one(config, layers, timeout_s, device, cache_dir, cold):
+        calls.append((config, layers, cold))
+        w = next(warm)
+        return ct.CompileRecord(
+            config, layers, hops=4 * layers, cold_s=10.0 if cold else None, warm_s=w,
+            autofunc_pass_s=w / 10, builtin_reinplace_s=0.0, builtin_decompose_s=0.0,
+            pass_gc_s=0.0, correct=True,
+        )  # fmt: skip
+
+    monkeypatch.setattr(ct, "_run_one", fake_run_one)
+    records = ct.run([8, 16], progress=lambda _: None, repeat=3)
+    assert calls == [
+        (c, layers, rep == 0) for rep in range(3) for layers in (8, 16) for c in ct.CONFIGS
+    ]
+    by = {(r.config, r.layers): r for r in records}
+    first = by[(ct.CONFIGS[0], 8)]  # warm 5.0, 2.0, 7.0
+    assert (first.runs, first.warm_s, first.cold_s) == (3, 5.0, 10.0)
+    assert first.autofunc_pass_s == 0.5
+    assert by[(ct.CONFIGS[1], 16)].warm_s == 3.5  # 3.0, 6.0, 3.5
+
+
+def test_bench_compile_a_failed_repetition_fails_the_point():
+    from autofunc.bench.compile_time import CompileRecord, median_record
+
+    ok = CompileRecord("autofunc_v2", 8, warm_s=1.0, correct=True)
+    wrong = CompileRecord("autofunc_v2", 8, warm_s=2.0, correct=False)
+    failed = CompileRecord("autofunc_v2", 8, error="warm: timeout (600 s)")
+    assert median_record([ok, wrong]).correct is False
+    assert median_record([ok, failed]).error == "warm: timeout (600 s)"

@@ -85,6 +85,7 @@ BENCH_ERRORS = {
     "layers not integers": (["bench-compile", "--layers", "8,x"], "--layers must be"),
     "layers zero": (["bench-compile", "--layers", "0,8"], "positive integers"),
     "compile json": (["bench-compile", "--json", "/nonexistent/a.json"], "does not exist"),
+    "compile repeat zero": (["bench-compile", "--repeat", "0"], "--repeat must be >= 1"),
     "no command": ([], "required: command"),
 }
 

@@ -11,7 +11,12 @@ where Inductor looks them up (for measurement only):
   ``post_grad.decompose_auto_functionalized`` (decomposing its HOPs), which also run, with
   nothing to do for the HOPs, under autofunc.
 
-    autofunc bench-compile [--layers 8,32,64,128] [--json PATH] [--device cpu|cuda]
+With ``--repeat N`` every (config, layer count) is compiled warm N times, the repetitions
+interleaved (all configs and depths once, then again), and each timing is the median of its N
+values: on a shared machine whose speed drifts over minutes one run of each is not a
+measurement. The kernel cache of a (config, layer count) is built once, by its cold compile.
+
+    autofunc bench-compile [--layers 8,32,64,128] [--repeat N] [--json PATH] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import dataclasses
 import functools
 import gc
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -32,7 +38,15 @@ import torch
 
 from . import worker
 
-__all__ = ["CONFIG", "CompileRecord", "format_table", "main", "measure_compile", "run"]
+__all__ = [
+    "CONFIG",
+    "CompileRecord",
+    "format_table",
+    "main",
+    "measure_compile",
+    "median_record",
+    "run",
+]
 
 CONFIGS = ("builtin_v2", "autofunc_v2")
 
@@ -64,6 +78,7 @@ class CompileRecord:
     pass_gc_s: float | None = None  # of pass_s: Python's cyclic GC collecting during the pass
     correct: bool | None = None
     error: str = ""
+    runs: int = 1  # warm compiles the timings are the medians of
 
     @property
     def pass_s(self) -> float | None:
@@ -224,18 +239,41 @@ def measure_compile(
     return record
 
 
-def _run_one(config: str, layers: int, timeout_s: float, device: str) -> CompileRecord:
-    """Two fresh subprocesses sharing one new Inductor cache: cold (kernels get built), then
-    warm (kernels cached). Pass times are the warm run's."""
-    with tempfile.TemporaryDirectory(prefix="autofunc-compile-") as cache_dir:
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache_dir, "TRITON_CACHE_DIR": cache_dir}
-        cold = _subprocess(config, layers, timeout_s, device, "cold", env)
-        if cold.error:
-            return cold
-        warm = _subprocess(config, layers, timeout_s, device, "warm", env)
-    warm.cold_s = cold.cold_s
-    warm.correct = bool(cold.correct and warm.correct)
+def _run_one(
+    config: str, layers: int, timeout_s: float, device: str, cache_dir: str, cold: bool
+) -> CompileRecord:
+    """One warm compile in a fresh subprocess, preceded (``cold``) by the cold compile that fills
+    the Inductor cache ``cache_dir``. Pass times are the warm run's."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache_dir, "TRITON_CACHE_DIR": cache_dir}
+    first = None
+    if cold:
+        first = _subprocess(config, layers, timeout_s, device, "cold", env)
+        if first.error:
+            return first
+    warm = _subprocess(config, layers, timeout_s, device, "warm", env)
+    if first is not None:
+        warm.cold_s = first.cold_s
+        warm.correct = bool(first.correct and warm.correct)
     return warm
+
+
+_TIMINGS = ("warm_s", "autofunc_pass_s", "builtin_reinplace_s", "builtin_decompose_s", "pass_gc_s")
+
+
+def median_record(records: list[CompileRecord]) -> CompileRecord:
+    """One record for the repetitions of one (config, layer count): each timing is the median
+    of its values (taken field by field), the cold time and the counts are the first run's; a
+    failed or wrong repetition makes the whole record failed or wrong."""
+    first = records[0]
+    failed = next((r for r in records if r.error), None)
+    if failed is not None:
+        return failed
+    out = dataclasses.replace(first, runs=len(records))
+    out.correct = all(r.correct for r in records)
+    for name in _TIMINGS:
+        values = [getattr(r, name) for r in records if getattr(r, name) is not None]
+        setattr(out, name, statistics.median(values) if values else None)
+    return out
 
 
 def _subprocess(
@@ -264,31 +302,41 @@ def run(
     progress: Callable[[str], None] = print,
     budget_s: float | None = None,
     device: str = "cpu",
+    repeat: int = 1,
 ) -> list[CompileRecord]:
-    """Every config at every layer count, smallest first. Stops starting new layer counts once
-    ``budget_s`` seconds have passed (the records so far are returned)."""
-    records: list[CompileRecord] = []
+    """Every config at every layer count, smallest first, ``repeat`` times interleaved (see the
+    module docstring); one record per (config, layer count). Stops starting new layer counts
+    (first repetition) or new repetitions once ``budget_s`` seconds have passed, and returns the
+    records of what ran."""
+    runs: dict[tuple[str, int], list[CompileRecord]] = {}
     t_start = time.perf_counter()
-    for layers in layer_counts:
-        if budget_s is not None and time.perf_counter() - t_start > budget_s:
-            progress(
-                f"[bench-compile] budget of {budget_s:.0f} s spent; skipping L={layers} and up"
-            )
-            break
-        for config in CONFIGS:
-            t0 = time.perf_counter()
-            records.append(_run_one(config, layers, timeout_s, device))
-            r = records[-1]
-            progress(
-                f"[bench-compile] L={layers} {config}: "
-                + (
-                    r.error
-                    or f"cold {r.cold_s:.1f}s warm {r.warm_s:.1f}s pass "
-                    f"{1e3 * (r.pass_s or 0):.1f}ms hops={r.hops} correct={r.correct}"
-                )
-                + f" ({time.perf_counter() - t0:.0f}s)"
-            )
-    return records
+    with tempfile.TemporaryDirectory(prefix="autofunc-compile-") as root:
+        for rep in range(repeat):
+            for layers in layer_counts:
+                if budget_s is not None and time.perf_counter() - t_start > budget_s:
+                    progress(f"[bench-compile] budget of {budget_s:.0f} s spent; stopping")
+                    return [median_record(v) for v in runs.values()]
+                for config in CONFIGS:
+                    done = runs.setdefault((config, layers), [])
+                    if done and done[0].error:
+                        continue
+                    cache_dir = os.path.join(root, f"{config}-{layers}")
+                    os.makedirs(cache_dir, exist_ok=True)
+                    t0 = time.perf_counter()
+                    r = _run_one(config, layers, timeout_s, device, cache_dir, cold=not done)
+                    done.append(r)
+                    progress(
+                        f"[bench-compile] L={layers} {config} run {rep + 1}/{repeat}: "
+                        + (
+                            r.error
+                            or (f"cold {r.cold_s:.1f}s " if r.cold_s is not None else "")
+                            + f"warm {r.warm_s:.1f}s pass {1e3 * (r.pass_s or 0):.1f}ms "
+                            f"(gc {1e3 * (r.pass_gc_s or 0):.1f}ms) hops={r.hops} "
+                            f"correct={r.correct}"
+                        )
+                        + f" ({time.perf_counter() - t0:.0f}s)"
+                    )
+    return [median_record(v) for v in runs.values()]
 
 
 def format_table(records: list[CompileRecord]) -> str:
@@ -331,6 +379,9 @@ def format_table(records: list[CompileRecord]) -> str:
         "(builtin/autofunc) with the kernel cache full/empty, each in a fresh process; "
         "ratio = autofunc / builtin."
     )
+    runs = max((r.runs for r in records), default=1)
+    if runs > 1:
+        out.append(f"warm timings: medians of {runs} interleaved warm compiles per point.")
     return "\n".join(out)
 
 
@@ -360,13 +411,18 @@ def main(argv: list[str] | None = None) -> int:
         help="start no new layer count after this many seconds",
     )
     ap.add_argument("--device", default="cpu", help="cpu (C++ kernels) or cuda (Triton kernels)")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="warm compiles per point, interleaved (medians)"
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:  # the spec comes on stdin (bench.worker)
         _worker(worker.read_spec())
         return 0
     layer_counts = [int(x) for x in args.layers.split(",") if x]
-    records = run(layer_counts, args.timeout, budget_s=args.budget, device=args.device)
+    records = run(
+        layer_counts, args.timeout, budget_s=args.budget, device=args.device, repeat=args.repeat
+    )
     print(format_table(records))
     if args.json:
         from .report import write_json
@@ -375,7 +431,12 @@ def main(argv: list[str] | None = None) -> int:
             args.json,
             records,
             kind="compile_time",
-            sweep={"layers": layer_counts, "model": CONFIG, "device": args.device},
+            sweep={
+                "layers": layer_counts,
+                "model": CONFIG,
+                "device": args.device,
+                "repeat": args.repeat,
+            },
         )
     return 0
 
