@@ -1,12 +1,18 @@
 """Profile autofunc's re-inplace pass alone on the decoder of ``autofunc bench-compile``.
 
-Compiles the ``--layers``-layer decoder with Inductor once; when the post-grad pass is reached,
-copies the graph ``--repeat`` times (fake values shared) and runs the pass on each copy, timing
-it with and without the cyclic GC running, then lets the compile go on. With ``--profile F`` the
-pass on the graph itself (after the copies) runs under cProfile and its stats go to F; with
-``--sample F`` under pyinstrument (if installed), its call tree as text to F.
+Compiles the ``--layers``-layer decoder with Inductor once. When the post-grad pass is reached,
+the pass runs ``--repeat`` times on copies of the graph (fake values shared, the cyclic GC off
+unless ``--gc``), then once on the graph itself, and the compile stops there (``--finish`` lets
+it go on). Options:
+
+* ``--profile F``: the run on the graph itself under cProfile, stats to F;
+* ``--sample F``: the same under pyinstrument (if installed; a development tool), text to F;
+* ``--objects``: objects the cyclic GC tracks, net, over each timed copy;
+* ``--gc-events``: let the whole compile run with the GC on and print when each full (oldest
+  generation) collection fired, how long it took and in which phase, beside the pass's window.
 
     python scripts/profile_pass.py --layers 128 --repeat 3 [--profile /tmp/pass.prof]
+    python scripts/profile_pass.py --layers 128 --gc-events
 
 For measurement only; ``autofunc bench-compile`` gives the figures that go in results/.
 """
@@ -15,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
-import sys
 import gc
+import os
 import statistics
+import sys
 import time
+from typing import Any
 
 import torch
 import torch._functorch.config as functorch_config
@@ -36,8 +43,7 @@ from autofunc.hops.adapter import mutation_targets
 
 def _copy(gm: fx.GraphModule) -> fx.GraphModule:
     graph = fx.Graph()
-    out = graph.graph_copy(gm.graph, {})
-    graph.output(out)
+    graph.output(graph.graph_copy(gm.graph, {}))
     return _LazyGraphModule(gm, graph)  # recompiles lazily, as Inductor's own module
 
 
@@ -45,6 +51,77 @@ def _sampler():
     from pyinstrument import Profiler  # a development tool, not a dependency
 
     return Profiler(interval=0.0002)
+
+
+def _time_copies(args: argparse.Namespace, gm: fx.GraphModule, kwargs: dict, hops: int) -> None:
+    per = []
+    for _ in range(args.repeat):
+        copy = _copy(gm)
+        gc.collect()
+        if not args.gc:
+            gc.disable()
+        before = len(gc.get_objects()) if args.objects else 0
+        t0 = time.perf_counter()
+        inductor.reinplace(copy, **kwargs)
+        per.append(1e3 * (time.perf_counter() - t0) / hops)
+        if args.objects:
+            print(f"objects the GC tracks: {len(gc.get_objects()) - before:+d} over the pass")
+        gc.enable()
+    if per:
+        print(
+            f"layers={args.layers} hops={hops} nodes={len(gm.graph.nodes)} pass ms/hop: "
+            + " ".join(f"{p:.3f}" for p in per)
+            + f" (median {statistics.median(per):.3f}; gc {'on' if args.gc else 'off'})"
+        )
+
+
+def _run_profiled(args: argparse.Namespace, gm: fx.GraphModule, kwargs: dict, hops: int) -> Any:
+    gc.collect()
+    if not args.gc:
+        gc.disable()
+    prof = cProfile.Profile() if args.profile else None
+    sampler = _sampler() if args.sample else None
+    t0 = time.perf_counter()
+    if prof:
+        prof.enable()
+    if sampler:
+        sampler.start()
+    report = inductor.reinplace(gm, **kwargs)
+    if prof:
+        prof.disable()
+        prof.dump_stats(args.profile)
+    if sampler:
+        sampler.stop()
+        with open(args.sample, "w") as f:
+            f.write(sampler.output_text(unicode=False, show_all=False))
+    print(f"the pass on the graph itself: {1e3 * (time.perf_counter() - t0) / hops:.3f} ms/hop")
+    gc.enable()
+    return report
+
+
+class _GcEvents:
+    """Full collections during the compile, with the phase they fired in."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.phase = "compile"
+        self.events: list[tuple[float, float, str]] = []
+        self._start = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, what: str, info: dict) -> None:
+        if info["generation"] != 2:
+            return
+        if what == "start":
+            self._start = time.perf_counter()
+        else:
+            now = time.perf_counter()
+            self.events.append((self._start - self.t0, now - self._start, self.phase))
+
+    def report(self, window: tuple[float, float]) -> None:
+        print(f"the pass ran from {window[0]:.2f} s to {window[1]:.2f} s of the compile")
+        for at, took, phase in self.events:
+            print(f"  full collection at {at:6.2f} s, {1e3 * took:6.1f} ms, during {phase}")
 
 
 def main() -> None:
@@ -56,64 +133,32 @@ def main() -> None:
     ap.add_argument("--objects", action="store_true", help="count objects the GC tracks")
     ap.add_argument("--finish", action="store_true", help="finish the compile afterwards")
     ap.add_argument("--gc", action="store_true", help="leave the cyclic GC on while timing")
+    ap.add_argument("--gc-events", action="store_true", help="full collections of the compile")
     args = ap.parse_args()
 
     original = inductor.reinplace
-    timings: list[float] = []
+    events = _GcEvents() if args.gc_events else None
+    window = [0.0, 0.0]
 
-    def timed(gm: fx.GraphModule, **kwargs):
+    def hooked(gm: fx.GraphModule, **kwargs):
+        inductor.reinplace = original
+        if events is not None:  # the real pass only, the GC left as it is
+            window[0] = time.perf_counter() - events.t0
+            events.phase = "the autofunc pass"
+            try:
+                return original(gm, **kwargs)
+            finally:
+                events.phase = "compile"
+                window[1] = time.perf_counter() - events.t0
         hops = sum(1 for n in gm.graph.nodes if n.target in mutation_targets())
-        for i in range(args.repeat):
-            copy = _copy(gm)
-            gc.collect()
-            if not args.gc:
-                gc.disable()
-            prof = None
-            before = len(gc.get_objects()) if args.objects else 0
-            t0 = time.perf_counter()
-            if prof:
-                prof.enable()
-            original(copy, **kwargs)
-            if prof:
-                prof.disable()
-                prof.dump_stats(args.profile)
-            timings.append(time.perf_counter() - t0)
-            if args.objects:
-                print(f"objects the GC tracks: {len(gc.get_objects()) - before:+d} over the pass")
-            gc.enable()
-        per = [1e3 * t / hops for t in timings]
-        if per:
-            print(
-                f"layers={args.layers} hops={hops} nodes={len(gm.graph.nodes)} pass ms/hop: "
-                + " ".join(f"{p:.3f}" for p in per)
-                + f" (median {statistics.median(per):.3f}; gc {'on' if args.gc else 'off'})"
-            )
-        gc.collect()
-        if not args.gc:
-            gc.disable()
-        prof = cProfile.Profile() if args.profile else None
-        sampler = _sampler() if args.sample else None
-        t0 = time.perf_counter()
-        if prof:
-            prof.enable()
-        if sampler:
-            sampler.start()
-        report = original(gm, **kwargs)
-        if prof:
-            prof.disable()
-            prof.dump_stats(args.profile)
-        if sampler:
-            sampler.stop()
-            with open(args.sample, "w") as f:
-                f.write(sampler.output_text(unicode=False, show_all=False))
-        print(f"the pass on the graph itself: {1e3 * (time.perf_counter() - t0) / hops:.3f} ms/hop")
-        gc.enable()
+        _time_copies(args, gm, kwargs, hops)
+        report = _run_profiled(args, gm, kwargs, hops)
         if args.finish:
             return report
         sys.stdout.flush()
         os._exit(0)  # the rest of the compile is not measured
 
-    inductor.reinplace = timed
+    inductor.reinplace = hooked
     for op in MUTABLE_OPS:
         autofunc.register(op, strategy="v2")
     cfg = ModelConfig(layers=args.layers, **CONFIG)
@@ -123,6 +168,8 @@ def main() -> None:
         functorch_config.patch(enable_autograd_cache=False),
     ):
         torch.compile(model, backend="inductor")(*make_inputs(cfg, "cpu").args())
+    if events is not None:
+        events.report((window[0], window[1]))
 
 
 if __name__ == "__main__":
