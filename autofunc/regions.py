@@ -116,7 +116,9 @@ def region_of_geometry(
 
 
 @cached_when_static(maxsize=4096)  # Note [Memoized geometry] in symbolic.py
-def _region(geom: tuple, root: tuple, root_dense: bool, itemsize: int, root_itemsize: int) -> Region:
+def _region(
+    geom: tuple, root: tuple, root_dense: bool, itemsize: int, root_itemsize: int
+) -> Region:
     size, stride, off = geom
     lo = off * itemsize
     if any(_known(s == 0) for s in size):

@@ -622,11 +622,13 @@ def infer_view(
     Raises:
         ValueError: If a size and its stride sequence have different lengths.
     """
-    base = _Geom(tuple(base_size), tuple(base_stride), base_offset)
-    view = _Geom(tuple(size), tuple(stride), offset)
-    if len(base.size) != len(base.stride) or len(view.size) != len(view.stride):
-        raise ValueError(f"size/stride rank mismatch: base {base[:2]}, view {view[:2]}")
-    return _infer(*base, *view)
+    base_size, base_stride = tuple(base_size), tuple(base_stride)
+    size, stride = tuple(size), tuple(stride)
+    if len(base_size) != len(base_stride) or len(size) != len(stride):
+        raise ValueError(
+            f"size/stride rank mismatch: base {(base_size, base_stride)}, view {(size, stride)}"
+        )
+    return _infer(base_size, base_stride, base_offset, size, stride, offset)
 
 
 @cached_when_static(maxsize=4096)  # Note [Memoized geometry]

@@ -161,13 +161,9 @@ def fuzz_seed1234_203(a, b):
     ids=["seed6_66", "seed1234_203"],
 )
 def test_span_clone_of_computed_buffer(fn, make_inputs):
-    regs = [autofunc.register(op, strategy="v1") for op in fuzz.OPS]
-    try:
+    with autofunc.override("v1", fuzz.OPS):
         torch.manual_seed(0)
         check_inductor(fn, *make_inputs())
-    finally:
-        for r in regs:
-            r.remove()
 
 
 # -- a lazy read of an input at a nonzero storage offset (fuzz seed 20261124 #103) ------------
@@ -203,12 +199,8 @@ def as_strided_of_a_view(a):
 def test_as_strided_of_a_view_reads_the_whole_buffer(fuzz_strategy):
     # Inductor computed a[2:4:3] into a buffer of its own and applied offset 8 to that: the op
     # read uninitialized memory (Note [as_strided of a view under Inductor]).
-    regs = [autofunc.register(op, strategy=fuzz_strategy) for op in fuzz.OPS]
-    try:
+    with autofunc.override(fuzz_strategy, fuzz.OPS):
         check_inductor(as_strided_of_a_view, torch.randn(5, 2, 2, dtype=torch.float64))
-    finally:
-        for r in regs:
-            r.remove()
 
 
 # -- a buffer Inductor turned into an expand (fuzz seed 20261126 #226) ------------------------
@@ -235,8 +227,7 @@ def test_buffer_that_overlaps_itself(fuzz_strategy, fn):
     # 0): the clone with those strides could not be written ("more than one element of the
     # written-to tensor refers to a single memory location"), and writing it in place broke the
     # scheduler (Note [A buffer that overlaps itself]).
-    regs = [autofunc.register(op, strategy=fuzz_strategy) for op in fuzz.OPS]
-    try:
+    with autofunc.override(fuzz_strategy, fuzz.OPS):
         # No FX graph cache: a cached graph skips the post-grad passes, hence the reports.
         with (
             torch._inductor.config.patch(fx_graph_cache=False),
@@ -245,9 +236,6 @@ def test_buffer_that_overlaps_itself(fuzz_strategy, fn):
             check_inductor(fn, torch.arange(48.0, dtype=torch.float64).view(2, 6, 4))
         reasons = [d.reason for r in reports for d in r.decisions]
         assert autofunc.Reason.OVERLAPS_ITSELF in reasons
-    finally:
-        for r in regs:
-            r.remove()
 
 
 # -- a returned view of a buffer a later scatter writes (fuzz seed 20261128 #6) ---------------
@@ -267,13 +255,9 @@ def test_returned_view_is_copied_before_a_later_scatter(fuzz_strategy):
     # The output's copy (Note [Returned scatters under Inductor]) used to sit at the end of
     # the graph; Inductor re-inplaced the later select_scatter into the input first, so the copy
     # read the value mopt wrote (v1 and the built-in: -1 where eager gives 0).
-    regs = [autofunc.register(op, strategy=fuzz_strategy) for op in fuzz.OPS]
-    try:
+    with autofunc.override(fuzz_strategy, fuzz.OPS):
         torch.manual_seed(967804291)
         check_inductor(returned_view_then_scatter, torch.randn(3, dtype=torch.float64))
-    finally:
-        for r in regs:
-            r.remove()
 
 
 # -- views of a gappy computed buffer (fuzz seed 20261129 #45) --------------------------------
@@ -294,10 +278,6 @@ def test_views_of_a_buffer_inductor_lays_out_itself(fuzz_strategy):
     # The scatter result the op writes has the input's gappy strides in the graph, but Inductor
     # allocated it densely: the pinned as_strided views reached past it (heap corruption, the
     # process aborted). The buffer is now cloned (Note [Layouts Inductor chooses]).
-    regs = [autofunc.register(op, strategy=fuzz_strategy) for op in fuzz.OPS]
-    try:
+    with autofunc.override(fuzz_strategy, fuzz.OPS):
         torch.manual_seed(41316091)
         check_inductor(gappy_buffer_views, torch.randn(8, 2, dtype=torch.float64)[::2])
-    finally:
-        for r in regs:
-            r.remove()
