@@ -1,6 +1,7 @@
 """The ``autofunc`` command line: ``bench``, ``bench-compile`` and ``explain``.
 
     autofunc bench [--quick|--full|--gpu] [--json PATH] [--plot PATH] [--cases a,b] [--device D]
+                   [--mode default|reduce-overhead]
     autofunc bench-compile [--layers 8,32,64,128] [--repeat N] [--json PATH] [--device cpu|cuda]
     autofunc explain MODULE:FUNCTION [--strategy v1|v2] [--backend inductor|aot_eager]
 
@@ -66,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--device", default="", help="cpu or cuda (default: the sweep's)")
     bench.add_argument("--repeat", type=int, default=0, help="timed steps per point")
+    bench.add_argument(
+        "--mode",
+        choices=("default", "reduce-overhead"),
+        default=None,
+        help="torch.compile mode (reduce-overhead: CUDA graphs; default: the sweep's)",
+    )
     bench.add_argument(
         "--in-process", action="store_true", help="measure in this process (no isolation, no RSS)"
     )
@@ -176,6 +183,8 @@ def _bench(args: argparse.Namespace) -> int:
         changes["repeat"] = args.repeat
     if args.in_process:
         changes["isolate"] = False
+    if args.mode is not None:
+        changes["mode"] = None if args.mode == "default" else args.mode
     try:
         sweep = sweep.replace(**changes)
     except ValueError as e:

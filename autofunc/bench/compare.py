@@ -6,7 +6,10 @@ many clones are left, and how many bytes the compiled call allocates. Each confi
 a worker subprocess, so a configuration that crashes the process (the built-in v1 can) is
 recorded as a crash for that program and the sweep goes on.
 
-    python -m autofunc.bench.compare [--programs a,b] [--configs ...] [--json PATH]
+    python -m autofunc.bench.compare [--programs a,b] [--configs ...] [--json PATH] [--device D]
+
+On ``--device cuda`` the programs build their inputs on the GPU (a ``torch.device`` context) and
+Inductor emits Triton kernels; bytes are then the caching allocator's (``measure_memory``).
 
 It exits with status 1 when the bytes gate (``bytes_gate``) fails.
 """
@@ -14,6 +17,7 @@ It exits with status 1 when the bytes gate (``bytes_gate``) fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -36,9 +40,10 @@ class Row:
     clones: int | None = None
     allocated: int | None = None
     peak: int | None = None
+    mismatch: list[str] = dataclasses.field(default_factory=list)  # what differs from eager
 
 
-def run_program(name: str, config: str) -> Row:
+def run_program(name: str, config: str, device: str = "cpu") -> Row:
     """Compile and check one program under one configuration, in this process."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
@@ -56,6 +61,8 @@ def run_program(name: str, config: str) -> Row:
     last_reports(clear=True)
     try:
         with (
+            # On a GPU every tensor a program makes (inputs and constants) is made there.
+            torch.device(device) if device != "cpu" else contextlib.nullcontext(),
             inductor_config.patch(
                 enable_auto_functionalized_v2=bool(auto_v2), fx_graph_cache=False
             ),
@@ -63,9 +70,10 @@ def run_program(name: str, config: str) -> Row:
         ):
             compiled = CONFIGS[config].compiled
             fn = torch.compile(program.fn, backend="inductor") if compiled else program.fn
-            row.correct = run_against_eager(program.fn, fn, program.inputs()).correct
-            fresh = program.inputs()
-            mem = measure_memory(lambda: fn(*fresh))
+            inputs, fresh = program.inputs(), program.inputs()
+            check = run_against_eager(program.fn, fn, inputs)
+            row.correct, row.mismatch = check.correct, list(check.mismatch)
+            mem = measure_memory(lambda: fn(*fresh), device)
             row.allocated, row.peak = mem.allocated, mem.peak
         if strategy is not None:
             row.clones = sum(r.num_clones for r in last_reports(clear=True))
@@ -87,15 +95,18 @@ def run_program(name: str, config: str) -> Row:
 def _worker(spec: dict) -> None:
     for name in spec["programs"]:
         worker.start(name)
-        worker.result(dataclasses.asdict(run_program(name, spec["config"])))
+        worker.result(
+            dataclasses.asdict(run_program(name, spec["config"], spec.get("device", "cpu")))
+        )
 
 
-def _run_config(config: str, programs: list[str]) -> list[Row]:
+def _run_config(config: str, programs: list[str], device: str = "cpu") -> list[Row]:
     """Run ``programs`` under ``config`` in worker subprocesses, restarting after a crash."""
     rows: list[Row] = []
     todo = list(programs)
     while todo:
-        done = worker.run("autofunc.bench.compare", {"config": config, "programs": todo})
+        spec = {"config": config, "programs": todo, "device": device}
+        done = worker.run("autofunc.bench.compare", spec)
         for value in done.results:
             rows.append(Row(**value))
             todo.remove(value["program"])
@@ -110,13 +121,16 @@ def _run_config(config: str, programs: list[str]) -> list[Row]:
 
 
 def compare(
-    programs: list[str] | None = None, configs: list[str] | None = None, progress=print
+    programs: list[str] | None = None,
+    configs: list[str] | None = None,
+    progress=print,
+    device: str = "cpu",
 ) -> list[Row]:
     programs = programs or list(corpus.PROGRAMS)
     rows = []
     for config in configs or list(CONFIGS):
-        progress(f"[compare] {config}: {len(programs)} programs ...")
-        rows.extend(_run_config(config, programs))
+        progress(f"[compare] {config}: {len(programs)} programs on {device} ...")
+        rows.extend(_run_config(config, programs, device))
     return rows
 
 
@@ -191,13 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", default="")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--json", default="")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:  # the spec comes on stdin (bench.worker)
         _worker(worker.read_spec())
         return 0
     programs = [p for p in args.programs.split(",") if p] or list(corpus.PROGRAMS)
-    rows = compare(programs, args.configs.split(","))
+    rows = compare(programs, args.configs.split(","), device=args.device)
     print(format_table(rows))
     failures = bytes_gate(rows)
     for line in failures:

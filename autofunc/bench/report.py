@@ -47,6 +47,7 @@ def format_table(records: Iterable[Any]) -> str:
         "clones",
         "cloned",
         "mem>eager",
+        "run>eager",
         "time/eager",
         "compile",
         "rss>base",
@@ -63,6 +64,7 @@ def format_table(records: Iterable[Any]) -> str:
                 _cell(r["clones"], "d"),
                 _cell_bytes(r["bytes_cloned"]),
                 _cell_bytes(r["mem_above_eager"]),
+                _cell_bytes(r.get("footprint_above_eager")),
                 _cell(r["time_ratio"], ".2f", "x"),
                 _cell(r["compile_s"], ".1f", "s"),
                 _cell_bytes(r["rss_above_baseline"]),
@@ -86,6 +88,8 @@ def format_table(records: Iterable[Any]) -> str:
     out.append(
         "clones: autofunc's kept clones / the built-in's possibly-missed reinplacing count; "
         "mem>eager: bytes one call allocates (CPU) or its peak (CUDA) minus eager's, same process; "
+        "run>eager (CUDA): peak bytes over the whole point (compile, CUDA graph pools, steps) minus "
+        "the eager line's; "
         "time/eager: median step time ratio, same process; compile: first call; rss>base: peak "
         "RSS of the point's process minus one that only builds the inputs"
     )
@@ -121,9 +125,16 @@ def plot(json_path: str, png_path: str) -> None:
 
     with open(json_path) as f:
         doc = json.load(f)
-    records = [r for r in doc["records"] if r.get("mem_above_eager") is not None]
+    # On CUDA the whole run's peak (CUDA graph pools included) is what a server must hold.
+    field = (
+        "footprint_above_eager"
+        if any(r.get("footprint_above_eager") is not None for r in doc["records"])
+        else "mem_above_eager"
+    )
+    records = [r for r in doc["records"] if r.get(field) is not None]
     case_names = list(dict.fromkeys(r["case"] for r in doc["records"]))
     strategies = list(dict.fromkeys(r["strategy"] for r in doc["records"]))
+    modes = list(dict.fromkeys(r.get("mode") for r in doc["records"]))
     cols = min(3, max(1, len(case_names)))
     rows = (len(case_names) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
@@ -132,7 +143,7 @@ def plot(json_path: str, png_path: str) -> None:
     for ax, case in zip(axes.flat, case_names):
         for i, strategy in enumerate(strategies):
             pts = sorted(
-                (_cache_mib(r), r["mem_above_eager"] / 2**20, bool(r["correct"]))
+                (_cache_mib(r), r[field] / 2**20, bool(r["correct"]))
                 for r in records
                 if r["case"] == case and r["strategy"] == strategy
             )
@@ -152,9 +163,13 @@ def plot(json_path: str, png_path: str) -> None:
             hollow = [(x, y) for x, y, good in pts if not good]
             if hollow:
                 ax.scatter(*zip(*hollow), s=80, facecolors="none", edgecolors=line.get_color())
-        ax.set_title(case)
+        ax.set_title(case + (f" (mode={modes[0]})" if len(modes) == 1 and modes[0] else ""))
         ax.set_xlabel("KV cache (MiB)")
-        ax.set_ylabel("memory above eager (MiB)")
+        ax.set_ylabel(
+            "peak over the run above eager (MiB)"
+            if field == "footprint_above_eager"
+            else "memory above eager (MiB)"
+        )
         ax.set_yscale("symlog", linthresh=1e-3)
         sizes = [_cache_mib(r) for r in records if r["case"] == case and _cache_mib(r) > 0]
         if sizes and max(sizes) / min(sizes) > 8:

@@ -71,6 +71,12 @@ class Record:
     rss_steps: int | None = None  # peak RSS while stepping above RSS before (Linux)
     mismatch: list[str] = dataclasses.field(default_factory=list)  # what differs from eager
     wall_s: float | None = None
+    mode: str | None = None  # torch.compile mode ("reduce-overhead": CUDA graphs)
+    # CUDA only: torch.cuda.max_memory_allocated over the whole point (inputs, compile, CUDA
+    # graph pools, warm-up and timed steps); what a long-running server must have free. A
+    # per-call peak misses what CUDA graphs keep in their pool, so this is what is compared.
+    footprint: int | None = None
+    footprint_above_eager: int | None = None  # footprint minus the eager line's at this point
 
     @property
     def key(self) -> str:
@@ -92,9 +98,11 @@ def measure_point(
     ``rss``: record resident-set figures (only meaningful in a process of the point's own).
     """
     t_start = time.perf_counter()
-    record = Record(case, strategy, dict(xs))
+    record = Record(case, strategy, dict(xs), mode=sweep.mode)
     regs: list = []
     threads = torch.get_num_threads()
+    if sweep.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
     try:
         program = cases.build(case, sweep.config(xs), sweep.device, sweep.torch_dtype)
         record.cache_bytes = program.cache_bytes
@@ -164,7 +172,7 @@ def _compile_and_check(
     torch._dynamo.reset()
     counters.clear()
     last_reports(clear=True)
-    compiled = torch.compile(fn, backend=sweep.backend) if is_compiled else fn
+    compiled = torch.compile(fn, backend=sweep.backend, mode=sweep.mode) if is_compiled else fn
     tol = _TOLERANCE.get(sweep.torch_dtype, 1e-4)
     check = run_against_eager(
         fn, compiled, make_args(), atol=tol, rtol=tol, sync=lambda: _sync(sweep.device)
@@ -204,6 +212,9 @@ def _time_and_memory(
     record.time_s = median_time(step, **timing) if is_compiled else record.eager_time_s
     record.time_ratio = record.time_s / record.eager_time_s if record.eager_time_s else None
 
+    if device.startswith("cuda"):  # before measure_memory resets the peak
+        torch.cuda.synchronize()
+        record.footprint = torch.cuda.max_memory_allocated()
     if rss:  # before the profiler below adds its own memory
         record.rss_steps = _rss_while(step, sweep.repeat)
         record.rss_above_baseline = _max_rss()  # the runner subtracts the baseline's
@@ -324,7 +335,7 @@ def _in_child(fn: Callable[[], dict], timeout_s: float) -> tuple[dict | None, st
 def _measure_isolated(
     sweep: Sweep, case: str, xs: dict[str, Any], strategy: str, baseline: dict[tuple, int]
 ) -> Record:
-    if not hasattr(os, "fork"):
+    if not hasattr(os, "fork") or not _forks(sweep):
         return measure_point(sweep, case, xs, strategy)  # the worker is the point's process
     key = (case, tuple(xs.items()))
     if key not in baseline:
@@ -340,6 +351,13 @@ def _measure_isolated(
     if record.rss_above_baseline is not None and baseline[key] is not None:
         record.rss_above_baseline -= baseline[key]
     return record
+
+
+def _forks(sweep: Sweep) -> bool:
+    """Whether points run in forked children of one worker (CPU), or each in a worker process
+    of its own (CUDA: a child forked from a process that has initialised CUDA cannot use it, and
+    importing torch's compile stack may initialise it)."""
+    return sweep.device == "cpu"
 
 
 def _worker(spec: dict) -> None:
@@ -371,8 +389,9 @@ def _sweep_from_json(d: dict) -> Sweep:
 def run_sweep(sweep: Sweep, progress: Callable[[str], None] = print) -> list[Record]:
     """Measure every point of ``sweep``; ``progress`` gets one line per point.
 
-    With ``sweep.isolate`` the points run in a worker subprocess (a forked child each, see the
-    module docstring); otherwise in this process, one after the other (for tests).
+    With ``sweep.isolate`` the points run in a worker subprocess (a forked child each on CPU, a
+    worker each on CUDA, see :func:`_forks`); otherwise in this process, one after the other
+    (for tests).
     """
     points = [(case, xs, strategy) for case, xs in sweep.points() for strategy in sweep.lines]
     records: list[Record] = []
@@ -380,10 +399,11 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] = print) -> list[Rec
         for case, xs, strategy in points:
             records.append(measure_point(sweep, case, xs, strategy))
             progress(progress_line(records[-1], len(records), len(points)))
-        return records
+        return _with_footprints(records)
     todo = list(points)
     while todo:
-        in_flight, returncode = _run_worker(sweep, todo, records, progress, len(points))
+        batch = todo if _forks(sweep) else todo[:1]
+        in_flight, returncode = _run_worker(sweep, batch, records, progress, len(points))
         done = {r.key for r in records}
         todo = [p for p in todo if point_key(*p) not in done]
         if in_flight is not None:  # the worker itself died inside this point
@@ -391,8 +411,22 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] = print) -> list[Rec
             records.append(_failed(sweep, case, xs, strategy, f"crash (worker exit {returncode})"))
             progress(progress_line(records[-1], len(records), len(points)))
             todo = [p for p in todo if point_key(*p) != in_flight]
-        elif todo:
+        elif todo and (_forks(sweep) or point_key(*batch[0]) not in done):
             raise RuntimeError(f"bench worker exited {returncode} with {len(todo)} points left")
+    return _with_footprints(records)
+
+
+def _with_footprints(records: list[Record]) -> list[Record]:
+    """Fill ``footprint_above_eager`` from the eager record of the same case and sizes."""
+    eager = {
+        (r.case, tuple(r.x.items())): r.footprint
+        for r in records
+        if r.strategy == "eager" and r.footprint is not None
+    }
+    for r in records:
+        base = eager.get((r.case, tuple(r.x.items())))
+        if r.footprint is not None and base is not None:
+            r.footprint_above_eager = r.footprint - base
     return records
 
 

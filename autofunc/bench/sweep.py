@@ -18,10 +18,13 @@ from .cases import CASES
 from .configs import CONFIGS
 from .model import ModelConfig
 
-__all__ = ["FULL", "GPU", "QUICK", "STRATEGIES", "SWEEPS", "Sweep"]
+__all__ = ["FULL", "GPU", "MODES", "QUICK", "STRATEGIES", "SWEEPS", "Sweep"]
 
 # The configurations a sweep can draw as lines (``bench.configs``).
 STRATEGIES = CONFIGS
+
+# torch.compile modes a sweep can use ("reduce-overhead": CUDA graphs, as vLLM runs decode).
+MODES = (None, "reduce-overhead")
 
 # x name -> ModelConfig field, where they differ.
 _X_FIELDS = {"cache_blocks": "num_blocks"}
@@ -41,6 +44,7 @@ class Sweep:
     device: str = "cpu"
     dtype: str = "float32"
     backend: str = "inductor"
+    mode: str | None = None  # torch.compile mode: None (default) or "reduce-overhead"
     warmup: int = 3
     repeat: int = 10
     cpu_threads: int | None = 1  # torch threads on CPU (None: torch's default); 1 keeps
@@ -62,6 +66,8 @@ class Sweep:
                 f"Sweep {self.name!r}: unknown strategies/cases/model fields {unknown}; known: "
                 f"{list(STRATEGIES)}, {list(CASES)}, {sorted(fields | set(_X_FIELDS))}"
             )
+        if self.mode not in MODES:
+            raise ValueError(f"Sweep {self.name!r}: mode must be one of {MODES}, got {self.mode!r}")
         bad = [v for v in self.x_vals if len(v) != len(self.x_names)]
         if bad:
             raise ValueError(
@@ -101,15 +107,18 @@ FULL = Sweep(
     x_vals=tuple((blocks, layers) for layers in (2, 8) for blocks in (64, 256, 1024, 4096)),
 )
 
-# vLLM-like shapes (head_dim 128, bf16): the 8-layer cache is 1 GiB and 4 GiB.
+# vLLM-like decode step on a GPU: 32 layers, head_dim 128, GQA 4 (8 query / 2 KV heads), bf16,
+# block size 16, 32 sequences. A cache block of all 32 layers holds 512 KiB, so the KV cache is
+# 256 MiB, 1 GiB, 4 GiB and 8 GiB (contexts up to 256, 1k, 4k and 8k tokens per sequence).
 GPU = Sweep(
     name="gpu",
     x_names=("cache_blocks", "layers"),
-    x_vals=((2048, 8), (8192, 8)),
+    x_vals=((512, 32), (2048, 32), (8192, 32), (16384, 32)),
+    cases=("model",),
     args={
         "hidden": 1024,
         "heads": 8,
-        "kv_heads": 8,
+        "kv_heads": 2,
         "head_dim": 128,
         "batch": 32,
         "intermediate": 2048,
@@ -118,6 +127,7 @@ GPU = Sweep(
     dtype="bfloat16",
     warmup=5,
     repeat=20,
+    timeout_s=300.0,
 )
 
 SWEEPS = {s.name: s for s in (QUICK, FULL, GPU)}

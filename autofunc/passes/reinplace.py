@@ -123,6 +123,8 @@ def reinplace(
     _remove_self_copies(gm.graph)
     if for_inductor:
         _separate_outputs_from_inputs(ctx)
+        if _inductor_drops_view_offsets():
+            _explicit_as_strided_offsets(gm.graph)
     else:  # Inductor lints the graph itself once its post-grad passes are done
         gm.graph.lint()
     gm.recompile()
@@ -741,15 +743,7 @@ def _as_strided_of_roots(graph: fx.Graph) -> None:
         src = node.args[0]
         if len(node.args) != 4 or node.kwargs or not isinstance(node.args[3], int):
             continue
-        root = src
-        while (
-            isinstance(root, fx.Node)
-            and root.op == "call_function"
-            and root.target in VIEW_OPS
-            and root.target is not _aten.view.dtype
-            and isinstance(root.args[0], fx.Node)
-        ):
-            root = root.args[0]
+        root = _same_dtype_view_root(src)
         if root is src or not isinstance(root, fx.Node) or root.op == "placeholder":
             continue
         sval, rval = src.meta.get("val"), root.meta.get("val")
@@ -760,6 +754,65 @@ def _as_strided_of_roots(graph: fx.Graph) -> None:
         ):
             continue
         node.args = (root, *node.args[1:])
+
+
+@functools.cache
+def _inductor_drops_view_offsets() -> bool:
+    """Whether this torch's Inductor lowers ``as_strided(view, size, stride)`` (no offset) at
+    offset 0 of the view's buffer instead of at the view's own offset (pytorch#175325, fixed by
+    pytorch#180581 after torch 2.11). Read off the lowering's source: the fix reads the view's
+    layout offset when none is given. Where the source cannot be read, the version decides."""
+    import inspect
+
+    from torch._inductor import lowering
+
+    try:
+        return "get_layout().offset" not in inspect.getsource(lowering.as_strided)
+    except (OSError, TypeError):
+        return torch.__version__ < "2.12"
+
+
+def _explicit_as_strided_offsets(graph: fx.Graph) -> None:
+    """Give every offset-less ``as_strided`` of a view of a computed buffer the buffer and an
+    explicit offset: ``as_strided(view, size, stride)`` -> ``as_strided(buffer, size, stride,
+    k)``, where ``k`` is the view's offset in the buffer.
+
+    Note [as_strided offsets on torch 2.11]
+    The pass emits relative views (Note [Storage offsets]): ``as_strided`` without an offset
+    keeps its input's. Inductor up to torch 2.11 drops that offset when the input is a view of
+    one of its buffers (pytorch#175325): the op then writes and reads at the buffer's start,
+    a silent wrong result (fuzz seed 1234 #203 and seed 0 #0 on torch 2.11). A computed buffer
+    sits at offset 0 of memory Inductor allocates, so the explicit ``k`` means the same on every
+    version; only static offsets over same-dtype views of computed buffers are rewritten, and
+    only on a torch whose Inductor has that bug.
+    """
+    for node in list(graph.find_nodes(op="call_function", target=_aten.as_strided.default)):
+        if len(node.args) != 3 or node.kwargs:
+            continue
+        src = node.args[0]
+        root = _same_dtype_view_root(src)
+        if root is src or root.op == "placeholder":
+            continue
+        sval, rval = src.meta.get("val"), root.meta.get("val")
+        if not (isinstance(sval, torch.Tensor) and isinstance(rval, torch.Tensor)):
+            continue
+        offset = sval.storage_offset() - rval.storage_offset()
+        if not isinstance(offset, int) or sval.dtype != rval.dtype:
+            continue
+        node.args = (root, *node.args[1:], offset)
+
+
+def _same_dtype_view_root(node: Any) -> Any:
+    """The node a chain of same-dtype views starts from (``node`` itself if it is no view)."""
+    while (
+        isinstance(node, fx.Node)
+        and node.op == "call_function"
+        and node.target in VIEW_OPS
+        and node.target is not _aten.view.dtype
+        and isinstance(node.args[0], fx.Node)
+    ):
+        node = node.args[0]
+    return node
 
 
 def _keep_old_copy_sources(graph: fx.Graph) -> None:

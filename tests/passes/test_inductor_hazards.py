@@ -281,3 +281,49 @@ def test_views_of_a_buffer_inductor_lays_out_itself(fuzz_strategy):
     with autofunc.override(fuzz_strategy, fuzz.OPS):
         torch.manual_seed(41316091)
         check_inductor(gappy_buffer_views, torch.randn(8, 2, dtype=torch.float64)[::2])
+
+
+# -- torch 2.11's Inductor drops a view's offset in an offset-less as_strided (pytorch#175325) --
+
+
+@pytest.mark.parametrize("strategy_name", ["v1", "v2"])
+def test_offsets_made_explicit_where_inductor_drops_them(strategy_name, monkeypatch):
+    # Found on torch 2.11 (fuzz seed 1234 #203): the span clone's views are as_strided of a
+    # slice of the clone, which that Inductor placed at the clone's start. On a torch without
+    # the bug the rewrite is forced here: the program must stay right with it.
+    from autofunc.passes import reinplace as pass_module
+
+    monkeypatch.setattr(pass_module, "_inductor_drops_view_offsets", lambda: True)
+    with autofunc.override(strategy_name, fuzz.OPS):
+        torch.manual_seed(0)
+        check_inductor(
+            fuzz_seed1234_203,
+            torch.randn(4, dtype=torch.float64),
+            torch.randn(6, 5, 5, dtype=torch.float64)[::2],
+        )
+
+
+def test_explicit_as_strided_offsets_rewrites_views_of_computed_buffers():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autofunc.passes.reinplace import _explicit_as_strided_offsets
+
+    def f(x):
+        buf = x + 1  # a computed buffer
+        flat = torch.ops.aten.as_strided.default(buf, [12], [1])
+        shifted = torch.ops.aten.slice.Tensor(flat, 0, 3, 12)
+        view = torch.ops.aten.as_strided.default(shifted, [2, 3], [1, 2])
+        of_input = torch.ops.aten.as_strided.default(x[1:], [2], [1])  # an input: left alone
+        return view, of_input
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(12))
+    _explicit_as_strided_offsets(gm.graph)
+    gm.recompile()
+    strided = [n for n in gm.graph.nodes if n.target is torch.ops.aten.as_strided.default]
+    assert [(n.args[0].name, n.args[1:]) for n in strided] == [
+        ("add", ([12], [1])),  # not a view: nothing to make explicit
+        ("add", ([2, 3], [1, 2], 3)),
+        ("slice_2", ([2], [1])),
+    ]
+    x = torch.randn(12)
+    torch.testing.assert_close(gm(x), f(x))
