@@ -288,7 +288,20 @@ def _install_functionalize_kernel(op: OpOverload) -> torch.library.Library:
     overload = "" if op._overloadname == "default" else f".{op._overloadname}"
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        return _functionalize_call(_cpp_functionalize_api(), op, args, kwargs)
+        try:
+            return _functionalize_call(_cpp_functionalize_api(), op, args, kwargs)
+        except RuntimeError as e:
+            if "tls_on_entry" not in str(e):
+                raise
+            # torch 2.11: tracing a HOP from a Functionalize kernel trips an internal assert
+            # of PyTorch's Python dispatch fallback (PythonFallbackKernel.cpp). PyTorch's own
+            # handling refuses such ops under C++ functionalization on every version.
+            raise AutofuncError(
+                f"{qualname(op)}: C++ functionalization (torch.func.functionalize) of an "
+                f"autofunc-registered op fails inside torch {torch.__version__} (an internal "
+                f"assert of its Python dispatch fallback); torch.compile and torch.export work, "
+                f"and torch >= 2.13 supports torch.func.functionalize"
+            ) from e
 
     lib.impl(f"{name}{overload}", kernel, "Functionalize")
     return lib

@@ -9,6 +9,27 @@ import torch  # noqa: E402
 
 import autofunc  # noqa: E402,F401
 from autofunc.bench import corpus  # noqa: E402
+from torch.torch_version import TorchVersion  # noqa: E402
+
+# torch 2.11 (the GPU machine's, run 2026-11-24): a nested_compile_region around a mutating
+# custom op fails to compile under PyTorch's own handling too (BackendCompilerFailed for the
+# built-in v1 and v2 on every such program), so autofunc loses nothing there. Those tests run
+# from torch 2.12 on; on older torch they are skipped with this reason.
+OLD_TORCH = TorchVersion(torch.__version__) < "2.12"
+_NESTED_REGIONS = pytest.mark.skipif(
+    OLD_TORCH,
+    reason="nested_compile_region around a mutating custom op fails under the built-in too "
+    "on this torch (< 2.12)",
+)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.originalname == "test_nested_compile_region" or "nested_region_row" in (
+            str(v) for v in params.values()
+        ):
+            item.add_marker(_NESTED_REGIONS)
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,7 @@ from autofunc import inductor as af_inductor
 from autofunc.bench import corpus
 from autofunc.registry import registered_strategy
 from autofunc.testing import compile_capture, run_against_eager, same_result
+from conftest import OLD_TORCH
 
 _AUTOFUNC_HOPS = {"v1": autofunc.auto_functionalized_v1, "v2": autofunc.auto_functionalized_v2}
 _PYTORCH_HOPS = (auto_functionalized, auto_functionalized_v2)
@@ -159,6 +160,8 @@ def test_register_routes_torch_func_functionalize(strategy):
 
     x, y = torch.randn(3, 4), torch.randn(4)
     with autofunc.register(corpus.add_, strategy=strategy):
+        if _cpp_functionalize_fails_inside_torch(fn, x, y):
+            return
         gm = make_fx(torch.func.functionalize(fn))(x, y)
         torch.testing.assert_close(torch.func.functionalize(fn)(x, y), fn(x, y))
     hops = [n.target for n in gm.graph.nodes if n.target in _AUTOFUNC_HOPS.values()]
@@ -169,6 +172,17 @@ def test_register_routes_torch_func_functionalize(strategy):
 
 
 _ADD_AND_SUM = "autofunc_corpus::add_and_sum.default"
+
+
+def _cpp_functionalize_fails_inside_torch(fn, *args) -> bool:
+    """On torch < 2.12 tracing C++ functionalization of a registered op trips an internal
+    assert of PyTorch (seen on torch 2.11): autofunc turns it into an AutofuncError naming the
+    op. Checks that, and says whether the rest of the test can run."""
+    if not OLD_TORCH:
+        return False
+    with pytest.raises(autofunc.AutofuncError, match="C\\+\\+ functionalization"):
+        make_fx(torch.func.functionalize(fn))(*args)
+    return True
 
 
 def _has_functionalize_kernel(name: str) -> bool:
@@ -209,6 +223,8 @@ def test_cpp_functionalize_of_an_op_returning_tensors_on_request(strategy):
     reg = autofunc.register(corpus.add_and_sum, strategy=strategy, cpp_functionalize=True)
     with reg:
         assert _has_functionalize_kernel(_ADD_AND_SUM)
+        if _cpp_functionalize_fails_inside_torch(fn, x, y):
+            return
         gm = make_fx(torch.func.functionalize(fn))(x, y)
         assert same_result(torch.func.functionalize(fn)(x, y), fn(x, y))
         # Registering again without asking drops the kernel.

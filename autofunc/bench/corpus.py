@@ -376,7 +376,8 @@ def kv_fp8_whole_layer(kv, rows, index):
     necessary_bytes=4096,  # the sum; the cache's layer is 1 MiB
 )
 def cache_same_dtype_view(cache, rows):
-    write_rows(cache[1].view(torch.float32), rows, torch.tensor([0, 7, 9, 200]))
+    index = torch.tensor([0, 7, 9, 200], device=rows.device)  # compiled: no device context
+    write_rows(cache[1].view(torch.float32), rows, index)
     return rows.sum()
 
 

@@ -773,33 +773,48 @@ def _inductor_drops_view_offsets() -> bool:
 
 
 def _explicit_as_strided_offsets(graph: fx.Graph) -> None:
-    """Give every offset-less ``as_strided`` of a view of a computed buffer the buffer and an
-    explicit offset: ``as_strided(view, size, stride)`` -> ``as_strided(buffer, size, stride,
-    k)``, where ``k`` is the view's offset in the buffer.
+    """Give every offset-less ``as_strided`` of a view the view's root and an explicit offset:
+    ``as_strided(view, size, stride)`` -> ``as_strided(root, size, stride, k)``, where ``k`` is
+    the view's offset from the root's start (through a ``view(dtype)`` of the root where the
+    view has another dtype of the same item size).
 
     Note [as_strided offsets on torch 2.11]
     The pass emits relative views (Note [Storage offsets]): ``as_strided`` without an offset
-    keeps its input's. Inductor up to torch 2.11 drops that offset when the input is a view of
-    one of its buffers (pytorch#175325): the op then writes and reads at the buffer's start,
-    a silent wrong result (fuzz seed 1234 #203 and seed 0 #0 on torch 2.11). A computed buffer
-    sits at offset 0 of memory Inductor allocates, so the explicit ``k`` means the same on every
-    version; only static offsets over same-dtype views of computed buffers are rewritten, and
-    only on a torch whose Inductor has that bug.
+    keeps its input's. Inductor up to torch 2.11 drops that offset when the input is a view
+    (pytorch#175325): the op then writes and reads at the start of the view's buffer, a silent
+    wrong result (on torch 2.11: fuzz seed 1234 #203, seed 0 #0, and the corpus program
+    ``kv_fp8_whole_layer`` on CUDA, whose second layer was written over the first). That
+    Inductor takes an explicit offset from the start of the memory it holds: a buffer it
+    computes starts at offset 0, and a graph input at its own data pointer (later torch rebases
+    explicit offsets on inputs, pytorch#184232, and has no such bug, so this runs only where
+    the bug is). Only static offsets are rewritten.
     """
     for node in list(graph.find_nodes(op="call_function", target=_aten.as_strided.default)):
         if len(node.args) != 3 or node.kwargs:
             continue
         src = node.args[0]
-        root = _same_dtype_view_root(src)
-        if root is src or root.op == "placeholder":
+        root = src
+        while (
+            isinstance(root, fx.Node)
+            and root.op == "call_function"
+            and root.target in VIEW_OPS
+            and isinstance(root.args[0], fx.Node)
+        ):
+            root = root.args[0]
+        if root is src or not isinstance(root, fx.Node):
             continue
         sval, rval = src.meta.get("val"), root.meta.get("val")
         if not (isinstance(sval, torch.Tensor) and isinstance(rval, torch.Tensor)):
             continue
         offset = sval.storage_offset() - rval.storage_offset()
-        if not isinstance(offset, int) or sval.dtype != rval.dtype:
+        if not isinstance(offset, int) or sval.dtype.itemsize != rval.dtype.itemsize:
             continue
-        node.args = (root, *node.args[1:], offset)
+        base = root
+        if rval.dtype != sval.dtype:
+            with graph.inserting_before(node):
+                base = graph.call_function(_aten.view.dtype, (root, sval.dtype))
+            base.meta["val"] = rval.view(sval.dtype)
+        node.args = (base, *node.args[1:], offset)
 
 
 def _same_dtype_view_root(node: Any) -> Any:
