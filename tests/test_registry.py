@@ -21,7 +21,9 @@ from autofunc import inductor as af_inductor
 from autofunc.bench import corpus
 from autofunc.registry import registered_strategy
 from autofunc.testing import compile_capture, run_against_eager, same_result
-from conftest import OLD_TORCH
+from torch.torch_version import TorchVersion
+
+OLD_TORCH = TorchVersion(torch.__version__) < "2.12"  # as tests/conftest.py's
 
 _AUTOFUNC_HOPS = {"v1": autofunc.auto_functionalized_v1, "v2": autofunc.auto_functionalized_v2}
 _PYTORCH_HOPS = (auto_functionalized, auto_functionalized_v2)
