@@ -41,6 +41,25 @@ def _assert_close(actual: torch.Tensor, expected: torch.Tensor, **kwargs) -> Non
     torch.testing.assert_close(actual, expected, **TOLERANCES[expected.dtype], **kwargs)
 
 
+# Tests of the CPU paths (the custom ops' reference fallback, the check policy, the shim) keep
+# their tensors on the CPU when the rest run on a GPU.
+_CPU_ONLY_MODULES = ("test_checks", "test_triton_shim")
+
+
+@pytest.fixture(autouse=True)
+def _device(request):
+    """Compiled (``TRITON_INTERPRET=0`` on a CUDA machine) the launcher tests make their
+    tensors on the GPU: every factory call without a device goes there. Under the interpreter
+    nothing changes."""
+    name = request.node.originalname or request.node.name
+    cpu_only = name.endswith("_op_cpu") or request.module.__name__.endswith(_CPU_ONLY_MODULES)
+    if INTERPRET or cpu_only:
+        yield
+        return
+    with torch.device("cuda"):
+        yield
+
+
 @pytest.fixture
 def assert_close():
     """``assert_close(actual, expected)`` with the tolerance of ``expected.dtype``."""
