@@ -42,8 +42,11 @@ from .sweep import STRATEGIES, Sweep
 
 __all__ = ["Record", "measure_point", "run_sweep"]
 
-# Correctness tolerance per dtype: compiled kernels may reorder float arithmetic.
-_TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+# Correctness tolerance per dtype: compiled kernels may reorder float arithmetic. bf16 drifts
+# with depth: on the 32-layer GPU model (H100, torch 2.11) eager and compiled differ by up to
+# 0.07 on values up to 6 for the built-in v2 and autofunc v2 alike, while in fp32 both agree
+# with eager to 2e-6; Inductor rounds fused bf16 arithmetic once where eager rounds every op.
+_TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-1}
 
 
 @dataclasses.dataclass

@@ -106,6 +106,13 @@ def unchecked(monkeypatch):
 
 
 @pytest.fixture
+def checked(monkeypatch):
+    """Launchers check index values (AUTOFUNC_KERNEL_CHECKS=1): the CPU default, and what a
+    test of the checks needs on a GPU, where they are off by default."""
+    monkeypatch.setenv("AUTOFUNC_KERNEL_CHECKS", "1")
+
+
+@pytest.fixture
 def call_fake():
     """``call_fake(op, *args)``: run ``op``'s fake implementation on fake copies of ``args``."""
     from torch._subclasses.fake_tensor import FakeTensorMode

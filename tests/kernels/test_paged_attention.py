@@ -195,7 +195,9 @@ def test_paged_decode_attention_propagates_nan_and_inf():
     paged_decode_attention(out, *args)
     paged_decode_attention_ref(expected, *args)
 
-    assert expected[:2].isnan().all() and expected[2].isinf().any()
+    # An inf value: inf where every weight is positive; a weight that underflows to 0 makes
+    # 0 * inf = NaN, which the reference's matmul on CUDA gives (H100 run): not finite either way.
+    assert expected[:2].isnan().all() and not expected[2].isfinite().all()
     assert expected[3].isfinite().all() and expected[4].isnan().all() and (expected[5] == 0).all()
     torch.testing.assert_close(out, expected, equal_nan=True)
 
@@ -251,7 +253,7 @@ def test_paged_decode_attention_kernel_masks_bad_indices(bad, guarded, unchecked
 @pytest.mark.parametrize(
     "fn", [paged_decode_attention, paged_decode_attention_op], ids=["launcher", "op"]
 )
-def test_paged_decode_attention_reports_first_bad_index(fn, bad, guarded):
+def test_paged_decode_attention_reports_first_bad_index(fn, bad, guarded, checked):
     # Checked (CPU tensors, or AUTOFUNC_KERNEL_CHECKS=1 on a GPU): a ValueError naming the
     # argument and the first bad position, raised before out is written.
     kv, out, args = _guarded_case(guarded, bad)

@@ -193,7 +193,7 @@ def test_reshape_and_cache_kernel_masks_out_of_range_slots(bad_slot, guarded, un
 
 @pytest.mark.parametrize("bad_slot", BAD_SLOTS)
 @pytest.mark.parametrize("fn", [reshape_and_cache, reshape_and_cache_op], ids=["launcher", "op"])
-def test_reshape_and_cache_reports_first_bad_slot(fn, bad_slot, guarded):
+def test_reshape_and_cache_reports_first_bad_slot(fn, bad_slot, guarded, checked):
     # Checked (CPU tensors, or AUTOFUNC_KERNEL_CHECKS=1 on a GPU): a ValueError naming the first
     # bad position, raised before anything is written.
     kv, args = _guarded_case(guarded, bad_slot)

@@ -188,7 +188,7 @@ def test_rotary_embedding_kernel_masks_bad_positions(bad_position, guarded, unch
 
 @pytest.mark.parametrize("bad_position", BAD_POSITIONS)
 @pytest.mark.parametrize("fn", [rotary_embedding, rotary_embedding_op], ids=["launcher", "op"])
-def test_rotary_embedding_reports_first_bad_position(fn, bad_position, guarded):
+def test_rotary_embedding_reports_first_bad_position(fn, bad_position, guarded, checked):
     # Checked (CPU tensors, or AUTOFUNC_KERNEL_CHECKS=1 on a GPU): a ValueError naming the first
     # bad position, raised before query or key is written. (-1 used to wrap to the last row.)
     qkv, cache, positions = _guarded_case(guarded, bad_position)
