@@ -31,14 +31,24 @@ sequence's rows of ``out``.
 Provenance: online-softmax loop over cache blocks follows ``kernel_paged_attention_2d`` in vLLM
 https://github.com/vllm-project/vllm/blob/ecb91d2bca57a30d00bd1baac4a108a07b2bdc63/vllm/attention/ops/chunked_prefill_paged_decode.py
 Changes:
-    - one program per (sequence, query head) with ``tl.sum`` dot products (decode: one query row,
-      no ``tl.dot`` minimum tile of 16), instead of one per (sequence, kv head) with ``tl.dot``;
+    - one program per (sequence, KV head, context partition): the program holds all query heads
+      of the GQA group (padded to a power of 2, masked), so each K/V tile is read once per group,
+      with broadcast-and-``tl.sum`` dot products (decode: a few query rows, below ``tl.dot``'s
+      minimum tile of 16);
+    - the context is split into partitions when ``num_seqs * num_kv_heads`` is too small to fill
+      the GPU (flash-decoding): each partition writes its running max, sum and accumulator to
+      fp32 scratch and a second kernel combines them; unsplit, the first kernel writes ``out``.
+      The grid depends on the block table's capacity, never on ``seq_lens`` (no device sync);
     - flash layout ``[num_blocks, block_size, num_kv_heads, head_dim]``; every stride is an int64
       argument (query/out head and dim strides, block table stride, cache dim stride);
     - K/V loads are masked past ``seq_len``, so stale or NaN cache slots cannot leak in;
-    - block ids and ``seq_len`` are range-masked (a bad one poisons the row with NaN);
+    - block ids and ``seq_len`` are range-masked (a bad one poisons the rows with NaN, through
+      the partition's sum when split);
     - ``seq_len == 0`` yields zeros instead of 0/0, while NaN/inf still propagate (the running
       max is made finite only when it is -inf); no ALiBi, sliding window, fp8 or prefill.
+The GQA grouping and the split were written after the H100 run of 2026-11-24 measured the
+one-program-per-query-head kernel at 1-10% of copy bandwidth; they are checked under the Triton
+interpreter only, and their speed on a GPU is not measured yet.
 """
 
 from __future__ import annotations
@@ -86,16 +96,20 @@ def paged_decode_attention_ref(
 @triton.jit
 def _paged_decode_attention_kernel(
     # pointers
-    out_ptr,  # [num_seqs, num_q_heads, head_dim]
+    out_ptr,  # [num_seqs, num_q_heads, head_dim] (written when NUM_PARTS == 1)
     query_ptr,  # [num_seqs, num_q_heads, head_dim]
     key_cache_ptr,  # [num_blocks, BLOCK_SIZE, num_kv_heads, head_dim]
     value_cache_ptr,  # [num_blocks, BLOCK_SIZE, num_kv_heads, head_dim]
     block_tables_ptr,  # [num_seqs, max_blocks_per_seq] int32
     seq_lens_ptr,  # [num_seqs] int32
+    part_max_ptr,  # [num_seqs, num_q_heads, NUM_PARTS] fp32 (written when NUM_PARTS > 1)
+    part_sum_ptr,  # [num_seqs, num_q_heads, NUM_PARTS] fp32
+    part_acc_ptr,  # [num_seqs, num_q_heads, NUM_PARTS, HEAD_DIM_PAD] fp32
     # scalars and sizes
     scale,  # fp32 softmax scale
     head_dim,
     num_queries_per_kv,  # num_q_heads // num_kv_heads
+    num_q_heads,
     num_blocks,  # valid block ids are [0, num_blocks)
     max_blocks_per_seq,  # columns of block_tables
     # strides
@@ -119,34 +133,44 @@ def _paged_decode_attention_kernel(
     # meta-parameters
     BLOCK_SIZE: tl.constexpr,  # cache block size: one KV block per loop iteration
     HEAD_DIM_PAD: tl.constexpr,  # next power of 2 >= head_dim
+    GROUP_PAD: tl.constexpr,  # next power of 2 >= num_queries_per_kv
+    BLOCKS_PER_PART: tl.constexpr,  # cache blocks one program walks
+    NUM_PARTS: tl.constexpr,  # context partitions (1: no split, out written here)
 ):
-    # --- program id -> (sequence, query head, kv head) ------------------------------------------
+    # --- program id -> (sequence, kv head, partition); the group's query heads -----------------
     seq = tl.program_id(0)
-    q_head = tl.program_id(1)
-    kv_head = q_head // num_queries_per_kv
+    kv_head = tl.program_id(1)
+    part = tl.program_id(2)
+    group = tl.arange(0, GROUP_PAD)
+    head_mask = group < num_queries_per_kv
+    q_heads = kv_head * num_queries_per_kv + group
     seq_len = tl.load(seq_lens_ptr + seq * stride_seq_lens_seq)
-    # A seq_len outside [0, capacity] reads nothing and poisons the row (Note [Index checks]).
+    # A seq_len outside [0, capacity] reads nothing and poisons the rows (Note [Index checks]).
     invalid = (seq_len < 0) | (seq_len > max_blocks_per_seq * BLOCK_SIZE)
     seq_len = tl.where(invalid, 0, seq_len)
 
-    # --- load the query row in fp32, pre-multiplied by the softmax scale ------------------------
+    # --- the group's query rows in fp32, pre-multiplied by the softmax scale: [GROUP, DIM] -----
     dims = tl.arange(0, HEAD_DIM_PAD)
     dim_mask = dims < head_dim
-    q_ptrs = query_ptr + seq * stride_query_seq + q_head * stride_query_head
-    q = tl.load(q_ptrs + dims * stride_query_dim, mask=dim_mask, other=0.0).to(tl.float32)
-    q = q * scale
+    q_ptrs = query_ptr + seq * stride_query_seq + q_heads[:, None] * stride_query_head
+    q_mask = head_mask[:, None] & dim_mask[None, :]
+    q = tl.load(q_ptrs + dims[None, :] * stride_query_dim, mask=q_mask, other=0.0)
+    q = q.to(tl.float32) * scale
 
-    # --- online softmax over the sequence's cache blocks (running max m, sum l, acc) ------------
-    m_i = tl.full([1], float("-inf"), tl.float32)
-    l_i = tl.zeros([1], tl.float32)
-    acc = tl.zeros([HEAD_DIM_PAD], tl.float32)
+    # --- online softmax over this partition's cache blocks: per head m, l, acc ----------------
+    # Each K/V tile is loaded once and used by every query head of the group (GQA).
+    m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM_PAD], tl.float32)
     offsets = tl.arange(0, BLOCK_SIZE)
     k_base = key_cache_ptr + kv_head * stride_key_cache_head
     v_base = value_cache_ptr + kv_head * stride_value_cache_head
     table_ptr = block_tables_ptr + seq * stride_block_tables_seq
-    for logical in range(0, tl.cdiv(seq_len, BLOCK_SIZE)):
+    first = part * BLOCKS_PER_PART
+    last = tl.minimum(first + BLOCKS_PER_PART, tl.cdiv(seq_len, BLOCK_SIZE))
+    for logical in range(first, last):
         # logical < max_blocks_per_seq here (seq_len was clamped), and a block id outside the
-        # cache masks the whole tile: no load leaves the cache, and the row is poisoned.
+        # cache masks the whole tile: no load leaves the cache, and the rows are poisoned.
         physical = tl.load(table_ptr + logical * stride_block_tables_block).to(tl.int64)
         block_ok = (physical >= 0) & (physical < num_blocks)
         invalid = invalid | ~block_ok
@@ -155,45 +179,121 @@ def _paged_decode_attention_kernel(
         tile_mask = (logical * BLOCK_SIZE + offsets < tl.where(block_ok, seq_len, 0))[:, None]
         tile_mask = tile_mask & dim_mask[None, :]
 
-        # [BLOCK_SIZE, HEAD_DIM_PAD] key tile -> [BLOCK_SIZE] scores, -inf past seq_len
+        # [BLOCK_SIZE, HEAD_DIM_PAD] key tile -> [GROUP_PAD, BLOCK_SIZE] scores, -inf past seq_len
         k_ptrs = k_base + physical * stride_key_cache_block
         k_ptrs += offsets[:, None] * stride_key_cache_offset + dims[None, :] * stride_key_cache_dim
         k = tl.load(k_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
-        scores = tl.sum(k * q[None, :], axis=1)
-        scores = tl.where(token_mask, scores, float("-inf"))
+        scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2)
+        scores = tl.where(token_mask[None, :], scores, float("-inf"))
 
         # rescale what was accumulated so far to the new running max. While every score so far
         # is -inf, subtract 0 instead of -inf (-inf - -inf is NaN): p and alpha are then exactly
         # 0, as softmax gives them. NaN and +inf scores are left to propagate, as in the ref.
-        m_new = tl.maximum(m_i, tl.max(scores, axis=0))
+        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(scores - m_safe)
+        p = tl.exp(scores - m_safe[:, None])
 
         v_ptrs = v_base + physical * stride_value_cache_block
         v_ptrs += offsets[:, None] * stride_value_cache_offset
         v_ptrs += dims[None, :] * stride_value_cache_dim
         v = tl.load(v_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
-        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
-        l_i = l_i * alpha + tl.sum(p, axis=0)
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
 
-    # --- normalise and store in out's dtype: an empty sequence gets zeros, an invalid one NaN.
-    # Decided on seq_len, not on l: l is NaN after a NaN score, and the NaN must reach out. -----
-    result = tl.where(seq_len > 0, acc / tl.where(seq_len > 0, l_i, 1.0), 0.0)
-    result = tl.where(invalid, float("nan"), result)
-    o_ptrs = out_ptr + seq * stride_out_seq + q_head * stride_out_head + dims * stride_out_dim
-    tl.store(o_ptrs, result.to(out_ptr.dtype.element_ty), mask=dim_mask)
+    if NUM_PARTS == 1:
+        # --- normalise and store in out's dtype: an empty sequence gets zeros, an invalid one
+        # NaN. Decided on seq_len, not on l: l is NaN after a NaN score, and NaN must reach out.
+        result = tl.where(seq_len > 0, acc / tl.where(seq_len > 0, l_i, 1.0)[:, None], 0.0)
+        result = tl.where(invalid, float("nan"), result)
+        o_ptrs = out_ptr + seq * stride_out_seq + q_heads[:, None] * stride_out_head
+        o_ptrs += dims[None, :] * stride_out_dim
+        tl.store(o_ptrs, result.to(out_ptr.dtype.element_ty), mask=q_mask)
+    else:
+        # --- this partition's (m, l, acc) for the reduce; an invalid sequence poisons l -------
+        row = (seq * num_q_heads + q_heads) * NUM_PARTS + part
+        tl.store(part_max_ptr + row, m_i, mask=head_mask)
+        tl.store(part_sum_ptr + row, tl.where(invalid, float("nan"), l_i), mask=head_mask)
+        acc_ptrs = part_acc_ptr + row[:, None] * HEAD_DIM_PAD + dims[None, :]
+        tl.store(acc_ptrs, acc, mask=head_mask[:, None])
+
+
+@triton.jit
+def _paged_decode_attention_reduce_kernel(
+    out_ptr,  # [num_seqs, num_q_heads, head_dim]
+    seq_lens_ptr,  # [num_seqs] int32
+    part_max_ptr,  # [num_seqs, num_q_heads, NUM_PARTS] fp32
+    part_sum_ptr,  # [num_seqs, num_q_heads, NUM_PARTS] fp32
+    part_acc_ptr,  # [num_seqs, num_q_heads, NUM_PARTS, HEAD_DIM_PAD] fp32
+    head_dim,
+    num_q_heads,
+    capacity,  # max_blocks_per_seq * block_size
+    stride_out_seq: tl.int64,
+    stride_out_head: tl.int64,
+    stride_out_dim: tl.int64,
+    stride_seq_lens_seq: tl.int64,
+    HEAD_DIM_PAD: tl.constexpr,
+    NUM_PARTS: tl.constexpr,
+    NUM_PARTS_PAD: tl.constexpr,  # next power of 2 >= NUM_PARTS
+):
+    """One program per (sequence, query head): the partitions' softmax pieces, rescaled to their
+    common max and summed (flash-decoding). Empty partitions hold m = -inf, l = 0, acc = 0."""
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    parts = tl.arange(0, NUM_PARTS_PAD)
+    part_mask = parts < NUM_PARTS
+    dims = tl.arange(0, HEAD_DIM_PAD)
+    row = (seq * num_q_heads + head) * NUM_PARTS + parts
+    m = tl.load(part_max_ptr + row, mask=part_mask, other=float("-inf"))
+    l = tl.load(part_sum_ptr + row, mask=part_mask, other=0.0)
+    acc = tl.load(
+        part_acc_ptr + row[:, None] * HEAD_DIM_PAD + dims[None, :],
+        mask=part_mask[:, None],
+        other=0.0,
+    )
+    m_all = tl.max(m, axis=0)
+    weight = tl.exp(m - tl.where(m_all == float("-inf"), 0.0, m_all))
+    total = tl.sum(weight * l, axis=0)
+    out = tl.sum(weight[:, None] * acc, axis=0)
+    seq_len = tl.load(seq_lens_ptr + seq * stride_seq_lens_seq)
+    valid_len = (seq_len >= 0) & (seq_len <= capacity)
+    nonempty = valid_len & (seq_len > 0)
+    # A NaN total is an invalid sequence (a partition poisoned it) or a NaN score: NaN out.
+    result = tl.where(nonempty, out / tl.where(nonempty, total, 1.0), 0.0)
+    result = tl.where((total != total) | ~valid_len, float("nan"), result)
+    o_ptrs = out_ptr + seq * stride_out_seq + head * stride_out_head + dims * stride_out_dim
+    tl.store(o_ptrs, result.to(out_ptr.dtype.element_ty), mask=dims < head_dim)
 
 
 # Heuristics instead of autotuning: decode is memory bound and the tile is fixed by the cache
-# layout (BLOCK_SIZE rows of HEAD_DIM_PAD), so the only knob left is warps. A 16x128 tile is
-# 2048 elements: 4 warps hold it in registers; larger tiles get 8. Autotuning would key on
-# seq_lens, which changes every step, and re-benchmark constantly.
-def _launch_config(block_size: int, head_dim: int) -> dict[str, int]:
+# layout (BLOCK_SIZE rows of HEAD_DIM_PAD, times the GQA group for the scores), so the knobs
+# left are warps and the split. Autotuning would key on seq_lens, which change every step.
+_TARGET_PROGRAMS = 256  # about two waves on a 132-SM GPU: below it, the context is split
+_PARTITION_TOKENS = 512  # tokens per partition when split (flash-decoding)
+
+
+def _launch_config(
+    block_size: int, head_dim: int, group: int, programs: int, capacity: int, part: int | None
+) -> dict[str, int]:
+    """Tiles, warps and the context split. ``programs`` is num_seqs * num_kv_heads, the grid
+    without a split; ``capacity`` the block table's tokens per sequence (not seq_lens: the
+    grid must not depend on device values); ``part`` forces the partition size in tokens."""
     head_dim_pad = triton.next_power_of_2(head_dim)
-    num_warps = 4 if block_size * head_dim_pad <= 2048 else 8
-    return {"BLOCK_SIZE": block_size, "HEAD_DIM_PAD": head_dim_pad, "num_warps": num_warps}
+    group_pad = triton.next_power_of_2(group)
+    tile = group_pad * block_size * head_dim_pad
+    if part is None:
+        part = capacity if programs >= _TARGET_PROGRAMS else max(_PARTITION_TOKENS, block_size)
+    blocks_per_part = max(1, part // block_size)
+    num_parts = max(1, -(-capacity // (blocks_per_part * block_size)))
+    return {
+        "BLOCK_SIZE": block_size,
+        "HEAD_DIM_PAD": head_dim_pad,
+        "GROUP_PAD": group_pad,
+        "BLOCKS_PER_PART": blocks_per_part,
+        "NUM_PARTS": num_parts,
+        "num_warps": 4 if tile <= 4096 else 8,
+    }
 
 
 def _check_args(
@@ -317,8 +417,11 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float,
+    *,
+    partition_size: int | None = None,
 ) -> None:
-    """Launch :func:`_paged_decode_attention_kernel`; writes ``out`` in place.
+    """Launch :func:`_paged_decode_attention_kernel` (and, when the context is split, the
+    reduce); writes ``out`` in place.
 
     Args:
         out: ``[num_seqs, num_q_heads, head_dim]``, written (any strides).
@@ -328,6 +431,8 @@ def paged_decode_attention(
         block_tables: ``[num_seqs, max_blocks_per_seq]`` int32.
         seq_lens: ``[num_seqs]`` int32.
         scale: softmax scale, usually ``head_dim ** -0.5``.
+        partition_size: tokens per program (a positive multiple of the block size); default:
+            the whole context when ``num_seqs * num_kv_heads`` fills the GPU, else 512.
 
     Raises:
         TypeError: non-tensor arguments or wrong dtypes (int32 tables, float activations).
@@ -337,6 +442,15 @@ def paged_decode_attention(
         RuntimeError: Triton is not installed.
     """
     require_triton("paged_decode_attention")
+    if partition_size is not None and (
+        not isinstance(partition_size, int)
+        or partition_size <= 0
+        or partition_size % key_cache.shape[1]
+    ):
+        raise ValueError(
+            f"paged_decode_attention: partition_size must be a positive multiple of the block "
+            f"size {key_cache.shape[1]}, got {partition_size!r}"
+        )
     _check_args(
         out,
         query,
@@ -347,16 +461,35 @@ def paged_decode_attention(
         check_values=index_checks_enabled(block_tables),
     )
     num_seqs, num_q_heads, head_dim = query.shape
-    _paged_decode_attention_kernel[(num_seqs, num_q_heads)](
+    num_kv_heads, block_size = key_cache.shape[2], key_cache.shape[1]
+    group = num_q_heads // num_kv_heads
+    capacity = block_tables.shape[1] * block_size
+    config = _launch_config(
+        block_size, head_dim, group, num_seqs * num_kv_heads, capacity, partition_size
+    )
+    num_parts = config["NUM_PARTS"]
+    if num_parts > 1:
+        part_max = torch.empty((num_seqs, num_q_heads, num_parts), dtype=torch.float32,
+                               device=query.device)
+        part_sum = torch.empty_like(part_max)
+        part_acc = torch.empty((num_seqs, num_q_heads, num_parts, config["HEAD_DIM_PAD"]),
+                               dtype=torch.float32, device=query.device)
+    else:  # never read: the kernel writes out itself
+        part_max = part_sum = part_acc = out
+    _paged_decode_attention_kernel[(num_seqs, num_kv_heads, num_parts)](
         out_ptr=out,
         query_ptr=query,
         key_cache_ptr=key_cache,
         value_cache_ptr=value_cache,
         block_tables_ptr=block_tables,
         seq_lens_ptr=seq_lens,
+        part_max_ptr=part_max,
+        part_sum_ptr=part_sum,
+        part_acc_ptr=part_acc,
         scale=float(scale),
         head_dim=head_dim,
-        num_queries_per_kv=num_q_heads // key_cache.shape[2],
+        num_queries_per_kv=group,
+        num_q_heads=num_q_heads,
         num_blocks=key_cache.shape[0],
         max_blocks_per_seq=block_tables.shape[1],
         stride_out_seq=out.stride(0),
@@ -376,8 +509,26 @@ def paged_decode_attention(
         stride_block_tables_seq=block_tables.stride(0),
         stride_block_tables_block=block_tables.stride(1),
         stride_seq_lens_seq=seq_lens.stride(0),
-        **_launch_config(key_cache.shape[1], head_dim),
+        **config,
     )
+    if num_parts > 1:
+        _paged_decode_attention_reduce_kernel[(num_seqs, num_q_heads)](
+            out_ptr=out,
+            seq_lens_ptr=seq_lens,
+            part_max_ptr=part_max,
+            part_sum_ptr=part_sum,
+            part_acc_ptr=part_acc,
+            head_dim=head_dim,
+            num_q_heads=num_q_heads,
+            capacity=capacity,
+            stride_out_seq=out.stride(0),
+            stride_out_head=out.stride(1),
+            stride_out_dim=out.stride(2),
+            stride_seq_lens_seq=seq_lens.stride(0),
+            HEAD_DIM_PAD=config["HEAD_DIM_PAD"],
+            NUM_PARTS=num_parts,
+            NUM_PARTS_PAD=triton.next_power_of_2(num_parts),
+        )
 
 
 @torch.library.custom_op("autofunc_kernels::paged_decode_attention", mutates_args=("out",))

@@ -265,3 +265,86 @@ def test_paged_decode_attention_reports_first_bad_index(fn, bad, guarded, checke
         fn(out.tensor, *args)
 
     assert torch.equal(out.buffer, before)
+
+
+# -- GQA groups and the split context (flash-decoding) ------------------------------------------
+# (num_q_heads, num_kv_heads): groups of 1 (MHA), 3 (GROUP_PAD 4, a masked head), 4 and 8.
+GROUPS = [(4, 4), (6, 2), (8, 2), (8, 1)]
+
+
+@pytest.mark.parametrize("partition_size", [None, 8, 16], ids=["whole", "p8", "p16"])
+@pytest.mark.parametrize("heads", GROUPS, ids=lambda h: f"{h[0]}q{h[1]}kv")
+def test_paged_decode_attention_groups_and_partitions(heads, partition_size, assert_close):
+    # Block size 8, 4 blocks per sequence: partitions of 8 or 16 tokens split the context in 4
+    # or 2; seq_lens 29, 1, 32, 13 end mid-partition, in the first one, on the last boundary.
+    num_q_heads, num_kv_heads = heads
+    query, kv_cache, block_tables, seq_lens = _make_case(4, num_q_heads, num_kv_heads, 40, 8,
+                                                         torch.float32)
+    args = (query, kv_cache[LAYER, 0], kv_cache[LAYER, 1], block_tables, seq_lens, 40**-0.5)
+    out, expected = torch.full_like(query, 7.0), torch.empty_like(query)
+
+    paged_decode_attention(out, *args, partition_size=partition_size)
+    paged_decode_attention_ref(expected, *args)
+
+    assert_close(out, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES[1:], ids=lambda value: str(value).removeprefix("torch."))
+def test_paged_decode_attention_split_half_precision(dtype, assert_close):
+    query, kv_cache, block_tables, seq_lens = _make_case(4, 8, 2, 32, 8, dtype)
+    args = (query, kv_cache[LAYER, 0], kv_cache[LAYER, 1], block_tables, seq_lens, 32**-0.5)
+    out, expected = torch.empty_like(query), torch.empty_like(query)
+
+    paged_decode_attention(out, *args, partition_size=8)
+    paged_decode_attention_ref(expected, *args)
+
+    assert_close(out, expected)
+
+
+def test_paged_decode_attention_split_empty_invalid_and_nan(unchecked):
+    # Split in 4: seq 0 empty (zeros), seq 1 uses an out-of-range block in its third partition
+    # (NaN rows), seq 2 has a NaN key in its last partition (NaN, as the reference), seq 3 a
+    # seq_len past the table (NaN rows); nothing outside out is written.
+    query, kv_cache, block_tables, _ = _make_case(4, 8, 2, 32, 8, torch.float32)
+    seq_lens = torch.tensor([0, 30, 32, 33], dtype=torch.int32)
+    key_cache, value_cache = kv_cache[LAYER, 0], kv_cache[LAYER, 1]
+    for seq in (1, 2):
+        for pos in range(32):
+            block, offset = int(block_tables[seq, pos // 8]), pos % 8
+            key_cache[block, offset] = torch.randn(2, 32)
+            value_cache[block, offset] = torch.randn(2, 32)
+    key_cache[block_tables[2, 3], 5, 1, 7] = float("nan")
+    block_tables[1, 2] = NUM_BLOCKS
+    out = torch.full_like(query, 7.0)
+
+    paged_decode_attention(out, query, key_cache, value_cache, block_tables, seq_lens, 0.2,
+                           partition_size=8)
+
+    assert (out[0] == 0).all()
+    assert out[1].isnan().all() and out[3].isnan().all()
+    assert out[2, 4:].isnan().all() and out[2, :4].isfinite().all()  # kv head 1: q heads 4-7
+    expected = torch.empty_like(query)
+    good = block_tables.clone()
+    paged_decode_attention_ref(expected[2:3], query[2:3], key_cache, value_cache, good[2:3],
+                               seq_lens[2:3], 0.2)
+    torch.testing.assert_close(out[2], expected[2], equal_nan=True)
+
+
+@pytest.mark.parametrize("size", [0, 12, -8, 8.0])
+def test_paged_decode_attention_rejects_a_bad_partition_size(size):
+    query, kv_cache, block_tables, seq_lens = _make_case(1, 4, 2, 32, 8, torch.float32)
+    args = (query, kv_cache[LAYER, 0], kv_cache[LAYER, 1], block_tables, seq_lens, 0.2)
+    with pytest.raises(ValueError, match="partition_size must be a positive multiple of the "
+                                         "block size 8"):
+        paged_decode_attention(torch.empty_like(query), *args, partition_size=size)
+
+
+def test_launch_config_splits_only_small_grids():
+    from autofunc.kernels.paged_attention import _launch_config
+
+    # Batch 1, 8 KV heads, 32k context: 64 partitions of 512 tokens; batch 256: no split.
+    assert _launch_config(16, 128, 4, 8, 32768, None)["NUM_PARTS"] == 64
+    assert _launch_config(16, 128, 4, 256 * 8, 32768, None)["NUM_PARTS"] == 1
+    assert _launch_config(16, 128, 4, 8, 100, None)["NUM_PARTS"] == 1  # shorter than a part
+    config = _launch_config(8, 40, 3, 2, 32, 16)
+    assert (config["GROUP_PAD"], config["HEAD_DIM_PAD"], config["NUM_PARTS"]) == (4, 64, 2)
