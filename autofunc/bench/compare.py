@@ -167,12 +167,14 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def bytes_gate(rows: list[Row]) -> list[str]:
+def bytes_gate(rows: list[Row], device: str = "cpu") -> list[str]:
     """The bytes gate: one line per program on which autofunc v2 allocates more than it may.
 
     That is more than the built-in v2 where the built-in is right (correct, no error), or more
     than the program's ``necessary_bytes`` where the corpus states them. Programs without an
-    autofunc v2 measurement are not judged here.
+    autofunc v2 measurement are not judged here. ``necessary_bytes`` are exact CPU byte counts:
+    on CUDA the caching allocator rounds every block up (to 512 B), so there only the built-in
+    is the bar (the H100 run counted 5632 B where ``kv_fp8_layers`` states 4096 B).
     """
     by = {(r.program, r.config): r for r in rows}
     failures = []
@@ -192,7 +194,7 @@ def bytes_gate(rows: list[Row]) -> list[str]:
                 f"the (correct) built-in v2 {builtin.allocated} B"
             )
         program = corpus.PROGRAMS.get(name)
-        need = None if program is None else program.necessary_bytes
+        need = None if program is None or device != "cpu" else program.necessary_bytes
         if need is not None and ours.allocated > need:
             failures.append(
                 f"{name}: autofunc v2 allocates {ours.allocated} B, the program needs {need} B"
@@ -214,16 +216,19 @@ def main(argv: list[str] | None = None) -> int:
     programs = [p for p in args.programs.split(",") if p] or list(corpus.PROGRAMS)
     rows = compare(programs, args.configs.split(","), device=args.device)
     print(format_table(rows))
-    failures = bytes_gate(rows)
+    failures = bytes_gate(rows, args.device)
     for line in failures:
         print(f"[bytes gate] FAIL {line}")
     if args.json:
         from .env import environment
 
         with open(args.json, "w") as f:
-            json.dump(
-                {"env": environment(), "rows": [dataclasses.asdict(r) for r in rows]}, f, indent=1
-            )
+            doc = {
+                "env": environment(),
+                "device": args.device,
+                "rows": [dataclasses.asdict(r) for r in rows],
+            }
+            json.dump(doc, f, indent=1)
     return 1 if failures else 0
 
 
