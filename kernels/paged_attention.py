@@ -437,20 +437,11 @@ def paged_decode_attention(
     Raises:
         TypeError: non-tensor arguments or wrong dtypes (int32 tables, float activations).
         ValueError: mismatched shapes (head_dim, GQA ratio, num_seqs), non-power-of-2 block size,
-            an overlapping ``out``, or (when indices are checked, Note [Index checks]) a seq_len
-            or used block id out of range.
+            a bad ``partition_size``, an overlapping ``out``, or (when indices are checked,
+            Note [Index checks]) a seq_len or used block id out of range.
         RuntimeError: Triton is not installed.
     """
     require_triton("paged_decode_attention")
-    if partition_size is not None and (
-        not isinstance(partition_size, int)
-        or partition_size <= 0
-        or partition_size % key_cache.shape[1]
-    ):
-        raise ValueError(
-            f"paged_decode_attention: partition_size must be a positive multiple of the block "
-            f"size {key_cache.shape[1]}, got {partition_size!r}"
-        )
     _check_args(
         out,
         query,
@@ -460,6 +451,17 @@ def paged_decode_attention(
         seq_lens,
         check_values=index_checks_enabled(block_tables),
     )
+    # bool is an int subclass, but no size.
+    if partition_size is not None and (
+        not isinstance(partition_size, int)
+        or isinstance(partition_size, bool)
+        or partition_size <= 0
+        or partition_size % key_cache.shape[1]
+    ):
+        raise ValueError(
+            f"paged_decode_attention: partition_size must be a positive multiple of the block "
+            f"size {key_cache.shape[1]}, got {partition_size!r}"
+        )
     num_seqs, num_q_heads, head_dim = query.shape
     num_kv_heads, block_size = key_cache.shape[2], key_cache.shape[1]
     group = num_q_heads // num_kv_heads

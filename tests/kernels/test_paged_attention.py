@@ -330,12 +330,30 @@ def test_paged_decode_attention_split_empty_invalid_and_nan(unchecked):
     torch.testing.assert_close(out[2], expected[2], equal_nan=True)
 
 
-@pytest.mark.parametrize("size", [0, 12, -8, 8.0])
+@pytest.mark.parametrize("partition_size", [8, 16, 24], ids=["p8", "p16", "p24"])
+def test_paged_decode_attention_split_on_inner_boundaries(partition_size, assert_close):
+    # seq_lens that end exactly on an inner partition boundary (8, 16, 24 of 32 tokens): the
+    # partitions after it are past the end and must contribute nothing, though the slots there
+    # hold the finite values _make_case wrote for the longer seq_lens 29, 1, 32, 13. A
+    # 24-token partition (no power of 2) leaves a shorter last partition.
+    query, kv_cache, block_tables, _ = _make_case(4, 6, 2, 32, 8, torch.float32)
+    seq_lens = torch.tensor([16, 1, 24, 8], dtype=torch.int32)
+    args = (query, kv_cache[LAYER, 0], kv_cache[LAYER, 1], block_tables, seq_lens, 32**-0.5)
+    out, expected = torch.full_like(query, 7.0), torch.empty_like(query)
+
+    paged_decode_attention(out, *args, partition_size=partition_size)
+    paged_decode_attention_ref(expected, *args)
+
+    assert_close(out, expected)
+
+
+@pytest.mark.parametrize("size", [0, 12, -8, 8.0, True])
 def test_paged_decode_attention_rejects_a_bad_partition_size(size):
+    # True is an int, but no size.
     query, kv_cache, block_tables, seq_lens = _make_case(1, 4, 2, 32, 8, torch.float32)
     args = (query, kv_cache[LAYER, 0], kv_cache[LAYER, 1], block_tables, seq_lens, 0.2)
-    with pytest.raises(ValueError, match="partition_size must be a positive multiple of the "
-                                         "block size 8"):
+    with pytest.raises(ValueError, match="paged_decode_attention: partition_size must be a "
+                                         "positive multiple of the block size 8, got"):
         paged_decode_attention(torch.empty_like(query), *args, partition_size=size)
 
 
