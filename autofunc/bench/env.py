@@ -1,4 +1,4 @@
-"""What every benchmark record carries: device, versions, git commit."""
+"""What every benchmark record carries: device, versions, git commit (and on CUDA the driver)."""
 
 from __future__ import annotations
 
@@ -34,10 +34,29 @@ def environment() -> dict:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    return {
+    env = {
         "device": device,
         "torch": torch.__version__,
         "triton": triton_version,
         "python": platform.python_version(),
         "commit": commit,
     }
+    if torch.cuda.is_available():
+        env["cuda"] = torch.version.cuda
+        env["driver"] = _nvidia_driver()
+    return env
+
+
+def _nvidia_driver() -> str | None:
+    """The NVIDIA driver version from ``nvidia-smi``, best effort (torch does not expose it)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0] if out.strip() else None

@@ -15,7 +15,7 @@ from typing import Any
 from ..passes.report import format_bytes
 from .env import environment
 
-__all__ = ["SCHEMA", "format_table", "plot", "write_json"]
+__all__ = ["SCHEMA", "format_columns", "format_table", "plot", "write_json"]
 
 SCHEMA = "autofunc.bench/1"
 
@@ -32,6 +32,16 @@ def _result(r: dict) -> str:
     if r["error"]:
         return "CRASH" if r["error"].startswith(("crash", "timeout")) else "ERROR"
     return "ok" if r["correct"] else "WRONG(" + ",".join(r.get("mismatch") or []) + ")"
+
+
+def format_columns(header: list[str], body: list[list[str]]) -> list[str]:
+    """Left-aligned columns two spaces apart: the header, a rule of dashes, one line per row."""
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+
+    def line(row: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+
+    return [line(header), line(["-" * w for w in widths]), *(line(row) for row in body)]
 
 
 def format_table(records: Iterable[Any]) -> str:
@@ -70,18 +80,14 @@ def format_table(records: Iterable[Any]) -> str:
                 _cell_bytes(r["rss_above_baseline"]),
             ]
         )
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-
-    def line(row: list[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
-
-    out = [line(header), line(["-" * w for w in widths])]
+    lines = format_columns(header, body)
+    out = lines[:2]
     previous = None
-    for row in body:
+    for row, text in zip(body, lines[2:]):
         group = row[: 1 + len(x_names)]
         if previous is not None and group != previous:
             out.append("")
-        out.append(line(row))
+        out.append(text)
         previous = group
     errors = [r for r in rows if r["error"]]
     out += [f"  {r['case']} {r['x']} {r['strategy']}: {r['error']}" for r in errors]
