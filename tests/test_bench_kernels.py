@@ -1,43 +1,188 @@
-"""autofunc.bench.kernels on the CPU: the launchers under the Triton interpreter at tiny shapes,
-a fixed timer instead of do_bench (the timing itself needs a GPU)."""
+"""autofunc.bench.kernels and kernel_cases on the CPU: byte accounting by hand, the case table built at tiny
+shapes with the launchers under the Triton interpreter (TRITON_INTERPRET=1, tests/conftest.py),
+the runner with a fixed timer instead of do_bench (timing needs a GPU), and the CLI."""
+
+import importlib.util
+import json
 
 import pytest
+import torch
 
+from autofunc.bench import kernel_cases as kc
 from autofunc.bench import kernels as kb
 
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="the cases run the Triton launchers"
+)
 
-@pytest.fixture
-def tiny(monkeypatch):
-    for name, value in dict(Q_HEADS=4, KV_HEADS=2, HEAD=16, BLOCK=4, HIDDEN=64, MAX_POS=32).items():
-        monkeypatch.setattr(kb, name, value)
-
-
-def test_every_kernel_matches_its_reference_and_reports_fractions(tiny):
-    todo = [(k, {"tokens": 8}) for k in list(kb.GOALS)[:3]]
-    todo.append(("paged_attention", {"batch": 2, "context": 10}))
-    timer = iter([2.0, 1.0] * 3 + [2.0, 1.0, 0.5])  # kernel ms, copy ms (, sdpa ms)
-    points = kb.run(todo, "cpu", timer=lambda fn: (fn(), next(timer))[1], progress=lambda _: 0)
-    assert [p.error for p in points] == ["", "", "", ""]
-    assert all(p.checked for p in points)
-    # The copy moves the kernel's bytes in half the time: half the copy's bandwidth.
-    assert [round(p.fraction, 6) for p in points] == [0.5] * 4
-    assert [p.meets_goal for p in points] == [False] * 4
-    assert points[-1].sdpa_ms == 0.5
+TINY = kc.Geometry(q_heads=4, kv_heads=2, head=16, block=4, hidden=64, max_pos=32)
+TINY_SWEEP = {"tokens": (8,), "batch": (2,), "context": (10,)}
+TINY_CASES = [
+    kc.Case("reshape_and_cache", {"tokens": 8}, TINY),
+    kc.Case("rotary_embedding", {"tokens": 8}, TINY),
+    kc.Case("fused_add_rms_norm", {"tokens": 8}, TINY),
+    kc.Case("paged_attention", {"batch": 2, "context": 10}, TINY),
+]
 
 
-def test_bytes_counted(tiny):
-    # reshape_and_cache, 8 tokens x 2 heads x 16 bf16: K and V read, the same written, slots.
-    assert kb.measure("reshape_and_cache", {"tokens": 8}, check=False, dev="cpu",
-                      timer=lambda fn: 1.0).bytes == 4 * 8 * 2 * 16 * 2 + 8 * 8
-    # attention, 2 sequences of 10 tokens: K and V of each token, query and out, tables, lens.
-    p = kb.measure("paged_attention", {"batch": 2, "context": 10}, check=False, dev="cpu",
-                   timer=lambda fn: 1.0)
-    assert p.bytes == 2 * 2 * 10 * 2 * 16 * 2 + 2 * 2 * 4 * 16 * 2 + 2 * 3 * 4 + 2 * 4
+def fixed_timer(kernel_ms=2.0, copy_ms=1.0, sdpa_ms=0.5):
+    """Calls each fn once (so it must run) and answers kernel, copy, sdpa ms in turn."""
+    answers = iter([kernel_ms, copy_ms, sdpa_ms])
+
+    def timer(fn):
+        fn()
+        return next(answers)
+
+    return timer
 
 
-def test_points_respect_the_memory_cap():
-    names = [k for k, _ in kb.points(quick=False, max_gib=1.0)]
-    assert names.count("rotary_embedding") == 3
-    attention = [s for k, s in kb.points(quick=False, max_gib=1.0) if k == "paged_attention"]
-    assert all(2 * s["batch"] * s["context"] * 8 * 128 * 2 <= 2**30 for s in attention)
-    assert {"batch": 1, "context": 32768} in attention
+# -- bytes, by hand (bf16: 2 bytes) -----------------------------------------------------------
+
+
+def test_reshape_and_cache_bytes():
+    # 8 tokens x 2 heads x 16: K and V read (1024 B), written (1024 B), int64 slots (64 B).
+    assert kc.reshape_and_cache_bytes(TINY, 8) == 1024 + 1024 + 64
+
+
+def test_rotary_bytes():
+    # q+k: 8 tokens x 6 heads x 16 x 2 B = 1536 read and written; 8 cos/sin rows of 16; positions.
+    assert kc.rotary_bytes(TINY, 8, rows_touched=8) == 2 * 1536 + 8 * 16 * 2 + 8 * 8
+    assert kc.rotary_bytes(TINY, 8, rows_touched=1) == 2 * 1536 + 16 * 2 + 8 * 8
+
+
+def test_rms_norm_bytes():
+    # x and residual (8 x 64 x 2 B each) read and written, the weight read.
+    assert kc.rms_norm_bytes(TINY, 8) == 4 * 1024 + 128
+
+
+def test_attention_bytes():
+    # 2 sequences of 10 tokens: K+V 2*2*10*2*16*2; query and out 2*2*4*16*2; tables 2x3 int32
+    # (10 tokens span 3 blocks of 4); seq_lens 2 int32.
+    assert kc.attention_bytes(TINY, 2, 10) == 2560 + 512 + 24 + 8
+    # Serving: one sequence of 1024 tokens holds 4 MiB of K and V.
+    assert kc.attention_bytes(kc.SERVING, 1, 1024) == 4 * 2**20 + 2 * 32 * 128 * 2 + 65 * 4
+    assert kc.kv_cache_bytes(kc.SERVING, 128, 32768) == 16 * 2**30
+    assert kc.kv_cache_bytes(TINY, 2, 10) == 2 * 2 * 12 * 2 * 16 * 2  # whole blocks
+
+
+def test_bandwidth_is_kernel_over_copy():
+    # 4e6 bytes in 2 ms: 2 GB/s; the copy moves 2e6 each way in 1 ms: 4 GB/s.
+    assert kb.bandwidth(4_000_000, 2.0, 1.0) == (2.0, 4.0, 0.5)
+
+
+# -- the case table ---------------------------------------------------------------------------
+
+
+def test_full_sweep_skips_attention_over_the_cap():
+    todo, skipped = kc.plan(kc.SWEEPS["full"], list(kc.GOALS), max_gib=24)
+    assert [c.kernel for c in todo].count("rotary_embedding") == 3
+    assert len(todo) == 3 * 3 + 6 * 4 - 1
+    assert [c.shape for c in skipped] == [{"batch": 256, "context": 32768}]  # 32 GiB of K/V
+    todo, _ = kc.plan(kc.SWEEPS["quick"], ["paged_attention"], max_gib=24)
+    assert {c.kernel for c in todo} == {"paged_attention"}
+
+
+@pytest.mark.parametrize("case", TINY_CASES, ids=lambda c: c.kernel)
+def test_cases_build_and_agree_with_their_reference(case):
+    built = case.build("cpu")
+    assert built.check()
+    built.run()
+    assert (built.baseline is not None) == (case.kernel == "paged_attention")
+    if built.baseline is not None:
+        built.baseline()()
+
+
+def test_check_catches_a_wrong_kernel(monkeypatch):
+    monkeypatch.setattr(kc, "fused_add_rms_norm", lambda x, residual, weight, eps: None)
+    assert not kc.Case("fused_add_rms_norm", {"tokens": 8}, TINY).build("cpu").check()
+
+
+# -- the runner, with a fixed timer -----------------------------------------------------------
+
+
+def test_run_fills_every_field():
+    rows = [kb.measure(c, "cpu", fixed_timer()) for c in TINY_CASES]
+    assert [r.error for r in rows] == [""] * 4
+    assert all(r.checked for r in rows)
+    # The copy moves the kernel's bytes in half the kernel's time: half the copy's bandwidth.
+    assert [r.fraction for r in rows] == [0.5] * 4
+    assert [r.meets_goal for r in rows] == [False] * 4
+    assert rows[0].gbps == rows[0].bytes / 2.0 / 1e6 and rows[0].copy_ms == 1.0
+    assert (rows[-1].sdpa_ms, rows[-1].sdpa_speedup) == (0.5, 0.25)
+    assert rows[0].sdpa_ms is None
+
+
+def test_a_failing_point_is_a_row():
+    timer = fixed_timer(kernel_ms=0.0)  # a zero time: division by zero in the bandwidth
+    row = kb.measure(TINY_CASES[0], "cpu", timer)
+    assert row.error.startswith("ZeroDivisionError") and row.checked
+    assert "ERROR" in "\n".join(kb.format_rows([row]))
+
+
+def test_main_writes_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(kc.SWEEPS, "quick", TINY_SWEEP)
+    path = tmp_path / "k.json"
+    times = iter([2.0, 1.0] * 3 + [1.0, 1.0, 4.0])
+
+    def timer(fn):
+        fn()
+        return next(times)
+
+    argv = ["--quick", "--device", "cpu", "--json", str(path)]
+    assert kb.main(argv, timer=timer, geometry=TINY) == 0
+    doc = json.loads(path.read_text())
+    assert doc["env"]["torch"] == torch.__version__ and doc["sweep"]["name"] == "quick"
+    assert doc["geometry"]["dtype"] == "torch.bfloat16" and doc["goals"] == kc.GOALS
+    records = doc["records"]
+    assert [r["kernel"] for r in records] == list(kc.GOALS)
+    assert [r["fraction"] for r in records] == [0.5, 0.5, 0.5, 1.0]
+    assert [r["meets_goal"] for r in records] == [False, False, False, True]
+    assert records[-1]["sdpa_speedup"] == 4.0 and all(r["checked"] for r in records)
+    out = capsys.readouterr()
+    assert "paged_attention" in out.out and "[4/4]" in out.err
+
+
+# -- CLI --------------------------------------------------------------------------------------
+
+
+def test_cli_defaults_and_flags():
+    args = kb.parse_args([])
+    assert (args.device, args.max_gib, args.quick, args.json) == ("cuda", 24.0, False, None)
+    assert args.kernels == list(kc.GOALS)
+    args = kb.parse_args(["--kernels", "rotary_embedding,paged_attention", "--max-gib", "8"])
+    assert (args.kernels, args.max_gib) == (["rotary_embedding", "paged_attention"], 8.0)
+
+
+def test_cli_rejects_unknown_kernels(capsys):
+    with pytest.raises(SystemExit) as e:
+        kb.parse_args(["--kernels", "rotary"])
+    assert e.value.code == 2 and "known: reshape_and_cache," in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
+def test_cli_without_cuda_says_so(capsys):
+    assert kb.main(["--quick"]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("gqa", [True, False], ids=["enable_gqa", "repeat_interleave"])
+def test_sdpa_baseline_attends_over_the_same_tokens(gqa, monkeypatch):
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if not gqa:  # a torch without enable_gqa
+
+        def old_sdpa(q, k, v, scale, **kwargs):
+            if kwargs:
+                raise TypeError(f"unexpected keyword arguments {list(kwargs)}")
+            return sdpa(q, k, v, scale=scale)
+
+        monkeypatch.setattr(kc.F, "scaled_dot_product_attention", old_sdpa)
+    torch.manual_seed(0)
+    kv_cache = torch.randn(2, 6, TINY.block, TINY.kv_heads, TINY.head)
+    query = torch.randn(2, TINY.q_heads, TINY.head)
+    tables = torch.tensor([[4, 0, 2], [1, 5, 3]], dtype=torch.int32)
+    seq_lens = torch.tensor([10, 10], dtype=torch.int32)
+    k, v = (kc._gather(c, tables, 10) for c in kv_cache)
+    got = kc._sdpa(query.unsqueeze(2), k, v, 0.25)().squeeze(2)
+    want = torch.empty_like(query)
+    kc.paged_decode_attention_ref(want, query, kv_cache[0], kv_cache[1], tables, seq_lens, 0.25)
+    torch.testing.assert_close(got, want)

@@ -1,250 +1,222 @@
 """Kernel bandwidth on a GPU: each Triton kernel beside a device copy of the same bytes.
 
-    python -m autofunc.bench.kernels [--quick] [--kernels a,b] [--max-gib G] [--json PATH]
+    python -m autofunc.bench.kernels [--quick] [--kernels a,b] [--max-gib G] [--device D]
+                                     [--json PATH]
 
-For every point the kernel and ``dst.copy_(src)`` of half its bytes (so the copy reads and
-writes as many bytes as the kernel moves) are timed with ``triton.testing.do_bench`` (median)
-in the same run: the copy is the measured ceiling, and ``fraction`` is the kernel's bandwidth
-over the copy's. Paged decode attention is also timed against PyTorch's
-``scaled_dot_product_attention`` on K/V gathered beforehand (the gather is not timed). Each
-kernel is first checked once against its PyTorch reference at its smallest point.
+Owns measuring, the table and the CLI; what is measured (shapes, bytes, inputs) is
+``autofunc.bench.kernel_cases``. Per point, in order: (1) build the inputs, (2) check the kernel
+once against its reference, (3) time the kernel, (4) time ``dst.copy_(src)`` of ``bytes // 2``
+on each side, so that its reads plus writes equal the kernel's bytes (the measured ceiling),
+(5) for attention, time SDPA on K/V gathered once beforehand (the gather is not timed).
+Times are ``triton.testing.do_bench`` medians (warmup 25 ms, rep 100 ms, L2 flushed between
+calls); the timer is an argument so that the runner can be tested without a GPU.
 
-Bytes counted (bf16 activations, int64/int32 indices):
-    reshape_and_cache   K and V read, the same bytes written into the cache, slot_mapping
-    rotary_embedding    the rotated q and k read and written, a cos/sin row and position per token
-    fused_add_rms_norm  x and residual read and written, the weight read
-    paged_attention     the K and V of every valid token read once, query read, out written,
-                        block tables and seq_lens
-Serving shapes: hidden 4096, 32 query / 8 KV heads, head size 128, block size 16.
-Goals (issue 11): 80% of the copy for the first three, 70% for attention.
+Goals (issue 11): 80% of the copy for reshape_and_cache, rotary and fused add + RMSNorm, 70%
+for paged attention. Exit status 1 when a kernel disagrees with its reference or a point
+errors (e.g. out of memory); missed goals are results, not failures.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import math
+import inspect
+import itertools
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from ..kernels import (
-    fused_add_rms_norm,
-    fused_add_rms_norm_ref,
-    paged_decode_attention,
-    paged_decode_attention_ref,
-    reshape_and_cache,
-    reshape_and_cache_ref,
-    rotary_embedding,
-    rotary_embedding_ref,
-)
+from ..passes.report import format_bytes
+from .kernel_cases import GOALS, SERVING, SWEEPS, Case, Geometry, kv_cache_bytes, plan
 
-__all__ = ["GOALS", "Point", "points", "run", "main"]
+__all__ = ["Row", "bandwidth", "do_bench_ms", "format_rows", "main", "measure", "parse_args", "run"]
 
-Q_HEADS, KV_HEADS, HEAD, BLOCK, HIDDEN, MAX_POS = 32, 8, 128, 16, 4096, 8192
-GOALS = {
-    "reshape_and_cache": 0.8,
-    "rotary_embedding": 0.8,
-    "fused_add_rms_norm": 0.8,
-    "paged_attention": 0.7,
-}
+Timer = Callable[[Callable[[], Any]], float]  # fn -> milliseconds per call
+
+
+def bandwidth(nbytes: int, ms: float, copy_ms: float) -> tuple[float, float, float]:
+    """``(kernel GB/s, copy GB/s, fraction)``; the copy moved ``nbytes // 2`` each way."""
+    gbps = nbytes / ms / 1e6
+    copy_gbps = 2 * (nbytes // 2) / copy_ms / 1e6
+    return gbps, copy_gbps, gbps / copy_gbps
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+def do_bench_ms(fn: Callable[[], Any]) -> float:
+    """Median ms per call from ``triton.testing.do_bench`` (warmup 25 ms, rep 100 ms)."""
+    from triton.testing import do_bench
+
+    if "return_mode" in inspect.signature(do_bench).parameters:
+        return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    return float(do_bench(fn, warmup=25, rep=100, quantiles=[0.5])[0])
+
+
+def _time_copy(nbytes: int, device: str, timer: Timer) -> float:
+    """ms per ``dst.copy_(src)`` of ``nbytes``; the buffers are freed on return (before (5))."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return timer(lambda: dst.copy_(src))
 
 
 @dataclasses.dataclass
-class Point:
+class Row:
     kernel: str
     shape: dict[str, int]
-    bytes: int = 0
+    goal: float
+    bytes: int = 0  # what the kernel must move (module docstring)
     ms: float | None = None
-    gbps: float | None = None
+    gbps: float | None = None  # bytes / ms
+    copy_ms: float | None = None  # dst.copy_(src) of bytes // 2
     copy_gbps: float | None = None
-    fraction: float | None = None
-    goal: float = 0.0
-    meets_goal: bool | None = None
-    checked: bool | None = None  # equal to the reference (checked at the first point only)
-    sdpa_ms: float | None = None  # attention: SDPA on gathered K/V
+    fraction: float | None = None  # gbps / copy_gbps
+    meets_goal: bool | None = None  # fraction >= goal
+    checked: bool | None = None  # agrees with its reference (None: not reached)
+    sdpa_ms: float | None = None  # attention: SDPA on K/V gathered beforehand
+    sdpa_speedup: float | None = None  # sdpa_ms / ms: above 1, the kernel is faster
     error: str = ""
 
 
-# -- cases: (kernel call, reference check, bytes) -------------------------------------------
+def measure(case: Case, device: str, timer: Timer = do_bench_ms) -> Row:
+    """Steps (1)-(5) of the module docstring for one case; an exception becomes ``error``."""
+    row = Row(case.kernel, dict(case.shape), GOALS[case.kernel])
+    try:
+        built = case.build(device)  # (1)
+        row.bytes = built.nbytes
+        row.checked = bool(built.check())  # (2)
+        row.ms = timer(built.run)  # (3)
+        row.copy_ms = _time_copy(built.nbytes // 2, device, timer)  # (4)
+        row.gbps, row.copy_gbps, row.fraction = bandwidth(row.bytes, row.ms, row.copy_ms)
+        row.meets_goal = row.fraction >= row.goal
+        if built.baseline is not None:  # (5)
+            row.sdpa_ms = timer(built.baseline())
+            row.sdpa_speedup = row.sdpa_ms / row.ms
+    except Exception as e:  # noqa: BLE001 - a failing point is a result (e.g. out of memory)
+        lines = str(e).strip().splitlines()
+        row.error = f"{type(e).__name__}: {lines[0][:200] if lines else ''}"
+    return row
 
 
-def _tokens_case(kernel: str, tokens: int, dev: str, dt: torch.dtype) -> tuple:
-    g = torch.Generator(dev).manual_seed(0)
-
-    def rnd(*shape: int) -> torch.Tensor:
-        return torch.randn(shape, generator=g, device=dev, dtype=dt)
-
-    if kernel == "reshape_and_cache":
-        k, v = rnd(tokens, KV_HEADS, HEAD), rnd(tokens, KV_HEADS, HEAD)
-        blocks = 2 * math.ceil(tokens / BLOCK)
-        kc, vc = rnd(blocks, BLOCK, KV_HEADS, HEAD), rnd(blocks, BLOCK, KV_HEADS, HEAD)
-        slots = torch.randperm(blocks * BLOCK, generator=g, device=dev)[:tokens]
-        args = (k, v, kc, vc, slots)
-        nbytes = 4 * k.numel() * k.element_size() + slots.numel() * 8
-        return reshape_and_cache, reshape_and_cache_ref, args, (2, 3), nbytes
-    if kernel == "rotary_embedding":
-        qkv = rnd(tokens, (Q_HEADS + 2 * KV_HEADS) * HEAD)
-        q, k = qkv[:, : Q_HEADS * HEAD], qkv[:, Q_HEADS * HEAD : (Q_HEADS + KV_HEADS) * HEAD]
-        cos_sin = rnd(MAX_POS, HEAD)
-        pos = torch.randint(0, MAX_POS, (tokens,), generator=g, device=dev)
-        args = (pos, q, k, cos_sin, HEAD, True)
-        nbytes = 2 * (q.numel() + k.numel()) * qkv.element_size()
-        nbytes += tokens * (HEAD * cos_sin.element_size() + 8)
-        return rotary_embedding, rotary_embedding_ref, args, (1, 2), nbytes
-    x, res, w = rnd(tokens, HIDDEN), rnd(tokens, HIDDEN), rnd(HIDDEN)
-    nbytes = 4 * x.numel() * x.element_size() + w.numel() * w.element_size()
-    return fused_add_rms_norm, fused_add_rms_norm_ref, (x, res, w, 1e-6), (0, 1), nbytes
+def run(
+    cases: list[Case],
+    device: str,
+    timer: Timer = do_bench_ms,
+    progress: Callable[[Row], Any] = lambda row: None,
+) -> list[Row]:
+    """Measure ``cases`` in order, calling ``progress`` after each."""
+    rows = []
+    for case in cases:
+        rows.append(measure(case, device, timer))
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()  # points differ by orders of magnitude in size
+        progress(rows[-1])
+    return rows
 
 
-def _attention_case(batch: int, ctx: int, dev: str, dt: torch.dtype) -> tuple:
-    g = torch.Generator(dev).manual_seed(0)
-    per_seq = math.ceil(ctx / BLOCK)
-    blocks = batch * per_seq
-    kc = torch.randn((blocks, BLOCK, KV_HEADS, HEAD), generator=g, device=dev, dtype=dt)
-    vc = torch.randn((blocks, BLOCK, KV_HEADS, HEAD), generator=g, device=dev, dtype=dt)
-    q = torch.randn((batch, Q_HEADS, HEAD), generator=g, device=dev, dtype=dt)
-    out = torch.empty_like(q)
-    perm = torch.randperm(blocks, generator=g, device=dev)
-    tables = perm.view(batch, per_seq).to(torch.int32)
-    lens = torch.full((batch,), ctx, dtype=torch.int32, device=dev)
-    args = (out, q, kc, vc, tables, lens, HEAD**-0.5)
-    nbytes = 2 * batch * ctx * KV_HEADS * HEAD * dt.itemsize + 2 * q.numel() * dt.itemsize
-    nbytes += tables.numel() * 4 + batch * 4
-    return paged_decode_attention, paged_decode_attention_ref, args, (0,), nbytes
+# -- presenting -------------------------------------------------------------------------------
 
 
-def points(quick: bool, max_gib: float) -> list[tuple[str, dict[str, int]]]:
-    """The points measured, in order: tokens for the three token kernels, (batch, context) for
-    attention, leaving out attention points whose K/V would exceed ``max_gib``."""
-    tokens = (1024, 8192) if quick else (1024, 4096, 8192)
-    out = [(k, {"tokens": t}) for k in list(GOALS)[:3] for t in tokens]
-    batches = (1, 32, 256) if quick else (1, 8, 32, 64, 128, 256)
-    ctxs = (1024, 32768) if quick else (1024, 4096, 16384, 32768)
-    for b in batches:
-        for c in ctxs:
-            if 2 * b * c * KV_HEADS * HEAD * 2 <= max_gib * 2**30:
-                out.append(("paged_attention", {"batch": b, "context": c}))
+def _cell(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def format_rows(rows: list[Row]) -> list[str]:
+    """The results table: one line per row, then each row's error."""
+    from .report import format_columns
+
+    header = ["kernel", "shape", "bytes", "ms", "GB/s", "copy GB/s", "of copy", "goal", "pass"]
+    header += ["ref", "sdpa ms", "sdpa/kernel"]
+    body = []
+    for r in rows:
+        body.append(
+            [
+                r.kernel,
+                " ".join(f"{k}={v}" for k, v in r.shape.items()),
+                format_bytes(r.bytes),
+                _cell(r.ms, ".3f"),
+                _cell(r.gbps, ".0f"),
+                _cell(r.copy_gbps, ".0f"),
+                "-" if r.fraction is None else f"{100 * r.fraction:.1f}%",
+                f"{100 * r.goal:.0f}%",
+                {None: "-", True: "yes", False: "NO"}[r.meets_goal],
+                {None: "-", True: "ok", False: "MISMATCH"}[r.checked] if not r.error else "ERROR",
+                _cell(r.sdpa_ms, ".3f"),
+                "-" if r.sdpa_speedup is None else f"{r.sdpa_speedup:.2f}x",
+            ]
+        )
+    out = format_columns(header, body)
+    out += [f"  {r.kernel} {r.shape}: {r.error}" for r in rows if r.error]
+    out.append(
+        "bytes: what the kernel must read and write; of copy: its GB/s over dst.copy_(src) of "
+        "bytes/2 in the same run; ref: kernel vs its reference; sdpa/kernel: SDPA's time over "
+        "the kernel's (above 1: the kernel is faster)"
+    )
     return out
 
 
-# -- measuring ---------------------------------------------------------------------------------
+def _kernel_list(text: str) -> list[str]:
+    names = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in names if k not in GOALS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown kernels {unknown}; known: {','.join(GOALS)}")
+    return names
 
 
-def _do_bench(fn: Callable[[], Any]) -> float:
-    import triton.testing
-
-    try:
-        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-    except TypeError:  # older triton: no return_mode
-        return float(triton.testing.do_bench(fn, warmup=25, rep=100, quantiles=[0.5])[0])
-
-
-def _check(kernel: Callable, ref: Callable, args: tuple, outs: tuple[int, ...]) -> bool:
-    got = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-    want = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-    kernel(*got)
-    ref(*want)
-    return all(
-        torch.allclose(got[i].float(), want[i].float(), atol=1e-2, rtol=1.6e-2) for i in outs
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m autofunc.bench.kernels", description=__doc__.splitlines()[0]
     )
-
-
-def measure(kernel: str, shape: dict[str, int], *, check: bool, dev: str, timer=_do_bench) -> Point:
-    point = Point(kernel, dict(shape), goal=GOALS[kernel])
-    try:
-        dt = torch.bfloat16
-        if kernel == "paged_attention":
-            fn, ref, args, outs, nbytes = _attention_case(shape["batch"], shape["context"], dev, dt)
-        else:
-            fn, ref, args, outs, nbytes = _tokens_case(kernel, shape["tokens"], dev, dt)
-        point.bytes = nbytes
-        if check:
-            point.checked = _check(fn, ref, args, outs)
-        point.ms = timer(lambda: fn(*args))
-        src = torch.empty(nbytes // 2, dtype=torch.uint8, device=dev)
-        dst = torch.empty_like(src)
-        copy_ms = timer(lambda: dst.copy_(src))
-        point.gbps = nbytes / point.ms / 1e6
-        point.copy_gbps = 2 * src.numel() / copy_ms / 1e6
-        point.fraction = point.gbps / point.copy_gbps
-        point.meets_goal = point.fraction >= point.goal
-        if kernel == "paged_attention":
-            point.sdpa_ms = timer(_sdpa_call(args))
-    except Exception as e:  # noqa: BLE001 - a failing point is a result
-        point.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-    return point
-
-
-def _sdpa_call(args: tuple) -> Callable[[], Any]:
-    """SDPA of the same query over K/V gathered once (``[batch, kv_heads, ctx, head]``)."""
-    _, q, kc, vc, tables, lens, scale = args
-    batch, ctx = q.shape[0], int(lens[0])
-
-    def gather(cache: torch.Tensor) -> torch.Tensor:
-        t = cache[tables.long()].reshape(batch, -1, KV_HEADS, HEAD)[:, :ctx]
-        return t.transpose(1, 2).contiguous()
-
-    k, v, q4 = gather(kc), gather(vc), q.unsqueeze(2)
-    try:
-        F.scaled_dot_product_attention(q4, k, v, scale=scale, enable_gqa=True)
-        return lambda: F.scaled_dot_product_attention(q4, k, v, scale=scale, enable_gqa=True)
-    except TypeError:  # no enable_gqa: repeat the KV heads up front
-        k = k.repeat_interleave(Q_HEADS // KV_HEADS, 1)
-        v = v.repeat_interleave(Q_HEADS // KV_HEADS, 1)
-        return lambda: F.scaled_dot_product_attention(q4, k, v, scale=scale)
-
-
-def run(todo: list[tuple[str, dict[str, int]]], dev: str, timer=_do_bench, progress=print):
-    seen: set[str] = set()
-    results = []
-    for kernel, shape in todo:
-        results.append(measure(kernel, shape, check=kernel not in seen, dev=dev, timer=timer))
-        seen.add(kernel)
-        progress(format_row(results[-1]))
-    return results
-
-
-def format_row(p: Point) -> str:
-    shape = " ".join(f"{k}={v}" for k, v in p.shape.items())
-    if p.error:
-        return f"{p.kernel:19s} {shape:24s} ERROR {p.error}"
-    sdpa = "" if p.sdpa_ms is None else f"  sdpa {p.sdpa_ms:.3f} ms ({p.sdpa_ms / p.ms:.2f}x)"
-    check = {None: "", True: "  ref ok", False: "  REF MISMATCH"}[p.checked]
-    return (
-        f"{p.kernel:19s} {shape:24s} {p.ms:8.3f} ms {p.gbps:7.0f} GB/s  copy {p.copy_gbps:5.0f}"
-        f"  {100 * p.fraction:5.1f}% (goal {100 * p.goal:.0f}%: "
-        f"{'met' if p.meets_goal else 'MISSED'}){sdpa}{check}"
+    ap.add_argument("--json", metavar="PATH", help="write the rows and the environment here")
+    ap.add_argument("--kernels", type=_kernel_list, default=list(GOALS), help=",".join(GOALS))
+    ap.add_argument("--quick", action="store_true", help="a few small shapes")
+    ap.add_argument(
+        "--max-gib",
+        type=float,
+        default=24.0,
+        help="skip attention points whose K/V cache "
+        "exceeds this many GiB (peak device memory: about 2.5x the largest K/V kept)",
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--kernels", default=",".join(GOALS))
-    ap.add_argument("--max-gib", type=float, default=24.0, help="attention K/V cap")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--json", default="")
-    args = ap.parse_args(argv)
-    wanted = args.kernels.split(",")
-    unknown = [k for k in wanted if k not in GOALS]
-    if unknown:
-        ap.error(f"unknown kernels {unknown}; known: {list(GOALS)}")
-    todo = [(k, s) for k, s in points(args.quick, args.max_gib) if k in wanted]
-    results = run(todo, args.device)
-    if args.json:
-        from .env import environment
+    return ap.parse_args(argv)
 
-        with open(args.json, "w") as f:
-            json.dump(
-                {"env": environment(), "points": [dataclasses.asdict(p) for p in results]},
-                f,
-                indent=1,
-            )
-    return 0 if all(p.checked is not False and not p.error for p in results) else 1
+
+def main(
+    argv: list[str] | None = None, timer: Timer = do_bench_ms, geometry: Geometry = SERVING
+) -> int:
+    args = parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"--device {args.device}: CUDA is not available", file=sys.stderr)
+        return 2
+    sweep = "quick" if args.quick else "full"
+    cases, skipped = plan(SWEEPS[sweep], args.kernels, args.max_gib, geometry)
+    for c in skipped:
+        gib = kv_cache_bytes(geometry, **c.shape) / 2**30
+        print(f"skipped {c.kernel} {c.shape}: {gib:.0f} GiB of K/V > --max-gib", file=sys.stderr)
+
+    done = itertools.count(1)
+
+    def progress(r: Row) -> None:
+        print(f"[{next(done)}/{len(cases)}] {format_rows([r])[2]}", file=sys.stderr, flush=True)
+
+    rows = run(cases, args.device, timer, progress)
+    print("\n".join(format_rows(rows)))
+    if args.json:
+        from .report import write_json
+
+        write_json(
+            args.json,
+            rows,
+            sweep={"name": sweep, **SWEEPS[sweep], "kernels": args.kernels},
+            geometry={**vars(geometry), "dtype": str(geometry.dtype)},
+            device=args.device,
+            max_gib=args.max_gib,
+            goals=GOALS,
+            skipped=[c.shape for c in skipped],
+        )
+    return 0 if all(r.checked and not r.error for r in rows) else 1
 
 
 if __name__ == "__main__":
