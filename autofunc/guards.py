@@ -48,11 +48,24 @@ def guard_current_compile(token: Callable[[], Any]) -> bool:
         from torch._guards import Guard
     except ImportError:  # pragma: no cover - a torch without these cannot be guarded
         return False
-    guards.add(Guard(GlobalStateSource(), _builder_for(token)))
+    # Note [One registrations guard per frame]
+    # Every call of a registered op in the frame lands here. A fresh Guard each time would not be
+    # found in the set (Guard compares all its fields, and the set's copy has its debug stacks
+    # filled in), so the frame would get one lambda guard per op call, every one of them
+    # evaluated on every call of the compiled code. The guard last added is kept and looked up
+    # by identity; a new one (with fresh debug stacks) is made only for a set without it.
+    builder = _builder_for(token)
+    last, inner = _last_guard.get(id(token)), getattr(guards, "inner", None)
+    if last is not None and inner is not None and last in inner:
+        return True
+    guard = Guard(GlobalStateSource(), builder)
+    guards.add(guard)
+    _last_guard[id(token)] = guard
     return True
 
 
 _builders: dict[int, Callable] = {}
+_last_guard: dict[int, Any] = {}  # id(token) -> the Guard last added for it
 
 
 def _builder_for(token: Callable[[], Any]) -> Callable:

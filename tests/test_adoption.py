@@ -168,6 +168,38 @@ def test_register_after_compile_recompiles():
     assert rec.last_uses(_BUILTIN) and not rec.last_uses(_OURS)
 
 
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+def test_one_registrations_guard_however_many_calls(strategy, monkeypatch):
+    # Note [One registrations guard per frame]: six calls of the op in one frame must install
+    # one guard on the registrations, evaluated once per call of the compiled code (before the
+    # fix: one per op call, so a 128-layer model evaluated 512 of them on every step).
+    evaluations = 0
+    real = autofunc.registry.state_token
+
+    def counting_token():
+        nonlocal evaluations
+        evaluations += 1
+        return real()
+
+    monkeypatch.setattr(autofunc.registry, "state_token", counting_token)
+    op = _axpy._opoverload
+
+    def f(x, out):
+        for i in range(6):
+            op(x[i], out[i])
+        return out.sum()
+
+    with autofunc.register(op, strategy=strategy):
+        compiled = torch.compile(f, backend="aot_eager")
+        x, out = torch.randn(6, 3), torch.zeros(6, 3)
+        compiled(x, out)
+        evaluations = 0
+        out2, expected_out = torch.zeros(6, 3), torch.zeros(6, 3)
+        got = compiled(x, out2)
+        assert evaluations == 1
+        assert same_result(got, f(x, expected_out)) and same_result(out2, expected_out)
+
+
 def _axpy_plus_one(x, out):
     _axpy(x, out)
     return out + 1
