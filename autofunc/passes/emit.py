@@ -193,18 +193,50 @@ def geometry_of(ctx: Any, node: fx.Node) -> tuple[list, list]:
     return size, stride
 
 
-def emit_view(ctx: Any, base: fx.Node, chain: views.ViewChain) -> fx.Node:
+def emit_view(
+    ctx: Any, base: fx.Node, chain: views.ViewChain, shared: dict | None = None
+) -> fx.Node:
+    """``chain`` applied to ``base``, one node per step.
+
+    ``shared`` (one dict per insertion point) lets the chains of one call share their common
+    prefixes: ``cache[l][0]`` and ``cache[l][1]`` take one ``select(cache, 0, l)``. A chain's
+    last node is never shared, so every regenerated argument stays a node of its own (Note
+    [Arguments keep their identity] in hops/common.py decides aliases of equal arguments).
+    """
     node = base
-    for step in chain.steps:
-        if isinstance(step, views.Select):
-            node = emit(ctx, _aten.select.int, (node, step.dim, step.index))
-        elif isinstance(step, views.Slice):
-            node = emit(ctx, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step))
-        elif isinstance(step, views.DtypeView):
-            node = emit(ctx, _aten.view.dtype, (node, step.dtype))
-        else:
-            node = emit_as_strided(ctx, node, step.size, step.stride, step.storage_offset)
+    steps = chain.steps
+    for i, step in enumerate(steps):
+        key = _share_key(node, step) if shared is not None and i < len(steps) - 1 else None
+        if key is not None and key in shared:
+            node = shared[key]
+            continue
+        node = _emit_step(ctx, node, step)
+        if key is not None:
+            shared[key] = node
     return node
+
+
+def _share_key(node: fx.Node, step: Any) -> tuple | None:
+    """``(node, step)`` when every field of the step is a plain int (or tuple of them) or a
+    dtype, else ``None``: a SymInt cannot be hashed and compares to a SymBool, and a node is
+    not compared by value."""
+
+    def plain(v: Any) -> bool:
+        if isinstance(v, tuple):
+            return all(type(e) is int for e in v)
+        return type(v) is int or isinstance(v, torch.dtype)
+
+    return (node, step) if all(plain(v) for v in vars(step).values()) else None
+
+
+def _emit_step(ctx: Any, node: fx.Node, step: Any) -> fx.Node:
+    if isinstance(step, views.Select):
+        return emit(ctx, _aten.select.int, (node, step.dim, step.index))
+    if isinstance(step, views.Slice):
+        return emit(ctx, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step))
+    if isinstance(step, views.DtypeView):
+        return emit(ctx, _aten.view.dtype, (node, step.dtype))
+    return emit_as_strided(ctx, node, step.size, step.stride, step.storage_offset)
 
 
 # Note [A fresh alias Inductor keeps]

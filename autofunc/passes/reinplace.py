@@ -687,8 +687,9 @@ def _emit_call(ctx: _Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]) 
     info = m.info
     # Note [Arguments keep their identity] in hops/common.py.
     distinct = Distinct(lambda n: emit_fresh_alias(ctx, n), lambda n: n)
+    shared: dict = {}  # the chains' common prefixes, emitted once
     kwargs = m.call_kwargs(
-        [distinct(emit_view(ctx, new_bufs[s.buffer], s.relative_chain)) for s in m.slots]
+        [distinct(emit_view(ctx, new_bufs[s.buffer], s.relative_chain, shared)) for s in m.slots]
     )
     args = tuple(kwargs.pop(a.name) for a in info.op._schema.arguments if not a.kwarg_only)
     # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.

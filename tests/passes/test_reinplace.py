@@ -271,6 +271,27 @@ def forward(self, arg0_1, arg1_1, arg2_1):
     write_rows_default_1 = torch.ops.autofunc_corpus.write_rows.default(select_int_3, select_6, arg2_1)
     return ()""")
 
+    def test_chains_of_one_call_share_their_prefix_v2(self):
+        # two(kv[l, 0], kv[l, 1]): one select(kv, 0, l) feeds both arguments, and each argument
+        # is still a node of its own
+        def f(kv):
+            for layer in range(2):
+                corpus.two(kv[layer, 0], kv[layer, 1])
+
+        with corpus_registered("v2"):
+            captured = run(f, [torch.randn(2, 2, 3)])
+        self.assertExpectedInline(captured.reinplaced[0], """\
+def forward(self, arg0_1):
+    select_int = torch.ops.aten.select.int(arg0_1, 0, 0)
+    select_int_1 = torch.ops.aten.select.int(select_int, 0, 0)
+    select_int_2 = torch.ops.aten.select.int(select_int, 0, 1)
+    two_default = torch.ops.autofunc_corpus.two.default(select_int_1, select_int_2)
+    select_int_3 = torch.ops.aten.select.int(arg0_1, 0, 1)
+    select_int_4 = torch.ops.aten.select.int(select_int_3, 0, 0)
+    select_int_5 = torch.ops.aten.select.int(select_int_3, 0, 1)
+    two_default_1 = torch.ops.autofunc_corpus.two.default(select_int_4, select_int_5)
+    return ()""")
+
     def test_input_row_v1(self):
         with corpus_registered("v1"):
             captured = run(corpus.PROGRAMS["input_row"])
