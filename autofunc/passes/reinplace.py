@@ -41,6 +41,7 @@ from .emit import (
 from ..regions import Region, overlaps
 from ..symbolic import contiguous_or_false, overlaps_itself
 from .report import CallReport, Decision, Reason, Report
+from .share_views import share_input_views
 
 __all__ = ["reinplace", "RULES", "Rule"]
 
@@ -123,6 +124,7 @@ def reinplace(
     _remove_self_copies(gm.graph)
     if for_inductor:
         _separate_outputs_from_inputs(ctx)
+        share_input_views(gm.graph)  # fewer view nodes for Inductor to lower
         if _inductor_drops_view_offsets():
             _explicit_as_strided_offsets(gm.graph)
     else:  # Inductor lints the graph itself once its post-grad passes are done

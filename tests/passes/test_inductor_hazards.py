@@ -369,3 +369,50 @@ def test_explicit_as_strided_offsets_rewrites_views_of_computed_buffers():
     x = torch.randn(12)
     for got, expected in zip(gm(x), f(x)):
         torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+# -- equal views of an input merged for Inductor (passes/share_views.py) ----------------------
+
+
+def kv_write_then_read(kv):
+    out = []
+    for layer in range(2):
+        corpus_ops().two(kv[layer][0], kv[layer][1])
+        out.append((kv[layer][0] * kv[layer][1]).sum())
+    return torch.stack(out)
+
+
+def corpus_ops():
+    from autofunc.bench import corpus
+
+    return corpus
+
+
+@pytest.mark.parametrize("strategy_name", ["v1", "v2"])
+def test_equal_views_of_an_input_are_lowered_once(strategy_name, monkeypatch):
+    # The pass regenerates kv[l][0] and kv[l][1] for the write, and the later read takes the
+    # same views again: the merge leaves one node per view, and the program stays right.
+    from autofunc.passes import reinplace as pass_module
+
+    merged = []
+    real = pass_module.share_input_views
+    monkeypatch.setattr(
+        pass_module, "share_input_views", lambda graph: merged.append(real(graph)) or merged[-1]
+    )
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    regs = corpus_ops().register_all(strategy_name)
+    try:  # no cache: the pass must run
+        with (
+            inductor_config.patch(fx_graph_cache=False),
+            functorch_config.patch(enable_autograd_cache=False),
+        ):
+            check_inductor(kv_write_then_read, torch.randn(2, 2, 3, 4))
+    finally:
+        for r in regs:
+            r.remove()
+    # v2, per layer: kv[l] twice, kv[l][0] and kv[l][1] once more each, taken by the read. v1
+    # writes values back with select_scatter, so only the views taken of the input itself
+    # before its first write are views of an input (the rest are of scatters, left alone).
+    assert merged == {"v1": [3], "v2": [8]}[strategy_name]
