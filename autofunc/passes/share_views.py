@@ -39,14 +39,28 @@ __all__ = ["share_input_views"]
 
 _aten = torch.ops.aten
 _SHARED = frozenset({_aten.select.int, _aten.slice.Tensor})
-# Ops that change their input's geometry in place without Tag.inplace_view.
-_RESEATING = frozenset(
-    {
-        _aten.resize_,
-        _aten.resize_as_,
-        _aten.set_,
-        _aten.as_strided_,
-    }
+
+def _packets(*names: str) -> frozenset:
+    """The op packets ``namespace.op`` of this torch that exist (some are recent)."""
+    found = []
+    for name in names:
+        namespace, op = name.split(".")
+        try:
+            found.append(getattr(getattr(torch.ops, namespace), op))
+        except (AttributeError, RuntimeError):
+            continue
+    return frozenset(found)
+
+
+# Ops that change a tensor's geometry or storage in place without Tag.inplace_view.
+_RESEATING = _packets(
+    "aten.resize_",
+    "aten.resize_as_",
+    "aten._resize_output_",
+    "aten.set_",
+    "aten.as_strided_",
+    "inductor.resize_storage_bytes_",
+    "fsdp.set_",
 )
 
 

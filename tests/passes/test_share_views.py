@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -49,10 +50,14 @@ def test_equal_views_of_an_input_are_merged_across_writes():
     assert _merged_and_checked(f, _kv) == (10, 3)
 
 
-def test_nothing_merged_when_a_node_changes_geometry_in_place():
+@pytest.mark.parametrize("reseat", ["transpose_", "resize_"])
+def test_nothing_merged_when_a_node_changes_geometry_in_place(reseat):
     def f(kv):
         a = kv[1][0].sum()
-        kv.transpose_(2, 3)
+        if reseat == "transpose_":
+            kv.transpose_(2, 3)
+        else:
+            kv.resize_(kv.shape)
         return a, kv[1][0].sum()
 
     assert _merged_and_checked(f, _kv) == (4, 4)
