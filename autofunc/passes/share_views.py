@@ -40,6 +40,7 @@ __all__ = ["share_input_views"]
 _aten = torch.ops.aten
 _SHARED = frozenset({_aten.select.int, _aten.slice.Tensor})
 
+
 def _packets(*names: str) -> frozenset:
     """The op packets ``namespace.op`` of this torch that exist (some are recent)."""
     found = []
