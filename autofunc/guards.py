@@ -54,11 +54,10 @@ def guard_current_compile(token: Callable[[], Any]) -> bool:
     # filled in), so the frame would get one lambda guard per op call, every one of them
     # evaluated on every call of the compiled code. The guard last added is kept and looked up
     # by identity; a new one (with fresh debug stacks) is made only for a set without it.
-    builder = _builder_for(token)
     last, inner = _last_guard.get(id(token)), getattr(guards, "inner", None)
     if last is not None and inner is not None and last in inner:
         return True
-    guard = Guard(GlobalStateSource(), builder)
+    guard = Guard(GlobalStateSource(), _builder_for(token))
     guards.add(guard)
     _last_guard[id(token)] = guard
     return True

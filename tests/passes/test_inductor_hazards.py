@@ -4,9 +4,12 @@ storage with an input)."""
 
 import pytest
 import torch
+import torch._functorch.config as functorch_config
+import torch._inductor.config as inductor_config
 
 import autofunc
 import fuzzing as fuzz  # tests/fuzzing: the autofunc_fuzz ops
+from autofunc.bench import corpus
 from autofunc.testing import run_against_eager
 
 
@@ -325,7 +328,6 @@ def fuzz_seed0_0(a):  # fuzz seed 0 #0, wrong under v1 on torch 2.11 (views of a
 def test_explicit_offsets_keep_programs_right(program, strategy_name, monkeypatch):
     # The rewrite forced on this torch: views of graph inputs (an fp8 view of the second layer
     # of a uint8 cache, written over the first on torch 2.11's CUDA) and of computed buffers.
-    from autofunc.bench import corpus
     from autofunc.passes import reinplace as pass_module
 
     monkeypatch.setattr(pass_module, "_inductor_drops_view_offsets", lambda: True)
@@ -377,15 +379,9 @@ def test_explicit_as_strided_offsets_rewrites_views_of_computed_buffers():
 def kv_write_then_read(kv):
     out = []
     for layer in range(2):
-        corpus_ops().two(kv[layer][0], kv[layer][1])
+        corpus.two(kv[layer][0], kv[layer][1])
         out.append((kv[layer][0] * kv[layer][1]).sum())
     return torch.stack(out)
-
-
-def corpus_ops():
-    from autofunc.bench import corpus
-
-    return corpus
 
 
 @pytest.mark.parametrize("strategy_name", ["v1", "v2"])
@@ -396,13 +392,13 @@ def test_equal_views_of_an_input_are_lowered_once(strategy_name, monkeypatch):
 
     merged = []
     real = pass_module.share_input_views
-    monkeypatch.setattr(
-        pass_module, "share_input_views", lambda graph: merged.append(real(graph)) or merged[-1]
-    )
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
 
-    regs = corpus_ops().register_all(strategy_name)
+    def counting(graph):
+        merged.append(real(graph))
+        return merged[-1]
+
+    monkeypatch.setattr(pass_module, "share_input_views", counting)
+    regs = corpus.register_all(strategy_name)
     try:  # no cache: the pass must run
         with (
             inductor_config.patch(fx_graph_cache=False),
