@@ -41,10 +41,13 @@ from . import worker
 __all__ = [
     "CONFIG",
     "CompileRecord",
+    "format_phases",
     "format_table",
+    "gc_share",
     "main",
     "measure_compile",
     "median_record",
+    "phases_of",
     "run",
 ]
 
@@ -76,6 +79,13 @@ class CompileRecord:
     builtin_reinplace_s: float | None = None  # (warm) reinplace_inplaceable_ops
     builtin_decompose_s: float | None = None  # (warm) decompose_auto_functionalized
     pass_gc_s: float | None = None  # of pass_s: Python's cyclic GC collecting during the pass
+    rule_s: float | None = None  # (warm) the functionalization rule of the mutable-op calls
+    gc_s: float | None = None  # (warm) Python's cyclic GC over the whole compile
+    full_gcs: int | None = None  # (warm) full (oldest-generation) collections in the compile
+    # (warm) the pass's share of the compile's full collections, by the objects it leaves
+    # (Note [Who pays for a full collection])
+    pass_gc_share_s: float | None = None
+    phases: dict = dataclasses.field(default_factory=dict)  # (warm) seconds per compile phase
     correct: bool | None = None
     error: str = ""
     runs: int = 1  # warm compiles the timings are the medians of
@@ -105,23 +115,45 @@ class _Timers:
         self.nodes: dict[str, int] = defaultdict(int)
         self._active: str | None = None
         self._gc_start = 0.0
+        self.gc_total = 0.0  # every collection while the timers are installed
+        self.full_gcs: list[float] = []  # the duration of each full collection
+        # key -> (objects the collector tracked when the wrapped function started, objects it
+        # left tracked); counted only for keys wrapped with ``objects=True``
+        self.objects: dict[str, tuple[int, int]] = {}
+        self.overhead_s = 0.0  # time spent counting objects (to subtract from the compile's)
         gc.callbacks.append(self._on_gc)
 
     def _on_gc(self, phase: str, info: dict) -> None:
-        if self._active is None:
-            return
         if phase == "start":
             self._gc_start = time.perf_counter()
-        else:
-            self.gc_seconds[self._active] += time.perf_counter() - self._gc_start
+            return
+        took = time.perf_counter() - self._gc_start
+        self.gc_total += took
+        if info.get("generation") == _OLDEST:
+            self.full_gcs.append(took)
+        if self._active is not None:
+            self.gc_seconds[self._active] += took
 
     def wrap(
-        self, module: Any, name: str, key: str, count: Callable[..., tuple[int, int]]
+        self,
+        module: Any,
+        name: str,
+        key: str,
+        count: Callable[..., tuple[int, int]],
+        objects: bool = False,
     ) -> None:
         """Time ``module.name`` under ``key``; ``count(*args)`` gives its graph's (HOP nodes,
-        all nodes)."""
+        all nodes). With ``objects``, also count the objects the cyclic GC tracks before and
+        after each call (a walk of the heap, outside the timed window; its time is kept in
+        ``overhead_s``)."""
         original = getattr(module, name)
         depth = 0
+
+        def heap() -> int:
+            t0 = time.perf_counter()
+            n = len(gc.get_objects())
+            self.overhead_s += time.perf_counter() - t0
+            return n
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -132,6 +164,7 @@ class _Timers:
             hops, nodes = count(*args, **kwargs)
             self.hops[key] += hops
             self.nodes[key] += nodes
+            before = heap() if objects else 0
             self._active = key
             t0 = time.perf_counter()
             try:
@@ -140,6 +173,9 @@ class _Timers:
                 self.seconds[key] += time.perf_counter() - t0
                 self._active = None
                 depth -= 1
+                if objects:
+                    start, left = self.objects.get(key, (before, 0))
+                    self.objects[key] = (start, left + heap() - before)
 
         setattr(module, name, timed)
 
@@ -150,35 +186,113 @@ class _Timers:
         self.nodes.clear()
 
 
+_OLDEST = len(gc.get_threshold()) - 1  # the generation a full collection collects
+
+
 def _count(graph: torch.fx.Graph, targets: tuple) -> tuple[int, int]:
     """(calls of ``targets``, all nodes) in ``graph``."""
     hops = sum(1 for n in graph.nodes if n.op == "call_function" and n.target in targets)
     return hops, len(graph.nodes)
 
 
-def _install_timers() -> _Timers:
-    from torch._higher_order_ops.auto_functionalize import (
-        auto_functionalized,
-        auto_functionalized_v2,
-    )
+def _install_timers(config: str) -> _Timers:
+    """Timers on both configs' re-inplace passes and functionalization rules; the heap is
+    counted around ``config``'s own passes only."""
+    from torch._higher_order_ops import auto_functionalize as builtin_hops
     from torch._inductor.fx_passes import post_grad
 
-    from .. import inductor
+    from .. import inductor, registry
     from ..hops.adapter import mutation_targets
 
-    builtin, ours = (auto_functionalized, auto_functionalized_v2), mutation_targets()
+    builtin = (builtin_hops.auto_functionalized, builtin_hops.auto_functionalized_v2)
+    ours = mutation_targets()
+    mine = config.startswith("autofunc")
     timers = _Timers()
-    timers.wrap(inductor, "reinplace", "autofunc_pass", lambda gm, **_: _count(gm.graph, ours))
+    timers.wrap(
+        inductor, "reinplace", "autofunc_pass", lambda gm, **_: _count(gm.graph, ours), mine
+    )
     timers.wrap(
         post_grad,
         "reinplace_inplaceable_ops",
         "builtin_reinplace",
         lambda *args: _count(args[-1], builtin),
+        not mine,
     )
     timers.wrap(
-        post_grad, "decompose_auto_functionalized", "builtin_decompose", lambda graph: (0, 0)
+        post_grad,
+        "decompose_auto_functionalized",
+        "builtin_decompose",
+        lambda graph: (0, 0),
+        not mine,
     )
+    # The rules turning each mutable-op call into a HOP (both looked up at call time).
+    no_count = lambda *args, **kwargs: (0, 0)  # noqa: E731
+    timers.wrap(registry, "functionalize_v2", "autofunc_rule", no_count)
+    timers.wrap(builtin_hops, "do_auto_functionalize_v2", "builtin_rule", no_count)
     return timers
+
+
+# The compile's phases, from Dynamo's own timers (``compilation_time_metrics``, by the names
+# of ``dynamo_timed`` regions); each phase is one timer minus those nested in it.
+PHASES = ("dynamo", "guards", "aot", "joint", "post_grad", "lowering", "codegen", "inductor_other")
+
+
+def phases_of(metrics: Any) -> dict[str, float | None]:
+    """The compile timed by ``metrics`` (timer name -> seconds of each entry) as disjoint
+    phases, seconds each; ``None`` where a timer this needs is missing (another torch):
+
+    * ``dynamo``: tracing the bytecode (``_compile.compile_inner`` less the backend and guards);
+    * ``guards``: building the guards;
+    * ``aot``: AOTAutograd, functionalization included (the backend less Inductor's compiler);
+    * ``joint``: Inductor's joint-graph passes; ``post_grad``: its post-grad passes, both
+      re-inplace passes included; ``lowering``: ``GraphLowering.run``; ``codegen``: scheduling,
+      code generation, compiling and loading the module;
+    * ``inductor_other``: the rest of Inductor's compiler (fake-tensor propagation, ...).
+    """
+
+    def t(name: str) -> float | None:
+        entries = metrics.get(name)
+        return float(sum(entries)) if entries else None
+
+    def minus(total: float | None, *parts: float | None) -> float | None:
+        if total is None or any(p is None for p in parts):
+            return None
+        return total - sum(parts)  # type: ignore[arg-type]
+
+    backend, guards = t("OutputGraph.call_user_compiler"), t("build_guards")
+    inductor = t("compile_fx.<locals>.fw_compiler_base")
+    joint, post_grad = t("_recursive_joint_graph_passes"), t("_recursive_post_grad_passes")
+    lowering, codegen = t("GraphLowering.run"), t("GraphLowering.compile_to_module")
+    return {
+        "dynamo": minus(t("_compile.compile_inner"), backend, guards),
+        "guards": guards,
+        "aot": minus(backend, inductor),
+        "joint": joint,
+        "post_grad": post_grad,
+        "lowering": lowering,
+        "codegen": codegen,
+        "inductor_other": minus(inductor, joint, post_grad, lowering, codegen),
+    }
+
+
+def gc_share(heap: int, left: int, full_collections: list[float]) -> float:
+    """A pass's share of the full collections of a compile, by the objects it leaves.
+
+    Note [Who pays for a full collection]
+    CPython collects its oldest generation once the objects promoted since the last full
+    collection exceed a quarter of the objects that survived it, and each full collection walks
+    every tracked object. So about ``heap / 4`` promotions come between two full collections
+    of about ``D`` seconds each, and each object that lives on costs about ``4 * D / heap``.
+    Which phase the collection interrupts is chance: in the 128-layer decoder the pass leaves
+    ~12,000 objects in a heap of millions and happens to be where the quarter is crossed. This
+    share, ``4 * D * left / heap`` with ``D`` the mean full collection of the compile and
+    ``heap`` the tracked objects when the pass started, is what the pass costs the collector
+    whichever phase pays; the time a collection took inside the pass is reported beside it.
+    """
+    if heap <= 0 or not full_collections:
+        return 0.0
+    mean = sum(full_collections) / len(full_collections)
+    return 4.0 * mean * max(left, 0) / heap
 
 
 def measure_compile(
@@ -194,8 +308,11 @@ def measure_compile(
     from ..testing import run_against_eager
     from .model import MUTABLE_OPS, ModelConfig, TinyDecoder, make_inputs
 
+    from torch._dynamo.utils import compilation_time_metrics
+
     record = CompileRecord(config, layers)
-    timers = _install_timers()
+    timers = _install_timers(config)
+    compilation_time_metrics.clear()
     regs = (
         [autofunc.register(op, strategy="v2") for op in MUTABLE_OPS]
         if config == "autofunc_v2"
@@ -216,7 +333,7 @@ def measure_compile(
                 rtol=1e-4,
                 sync=torch.cuda.synchronize if device.startswith("cuda") else None,
             )
-            setattr(record, f"{phase}_s", check.seconds)
+            setattr(record, f"{phase}_s", check.seconds - timers.overhead_s)
         record.correct = check.correct
         record.autofunc_pass_s = timers.seconds.get("autofunc_pass", 0.0)
         record.builtin_reinplace_s = timers.seconds.get("builtin_reinplace", 0.0)
@@ -227,6 +344,16 @@ def measure_compile(
             else ("builtin_reinplace", "builtin_decompose")
         )
         record.pass_gc_s = sum(timers.gc_seconds.get(k, 0.0) for k in keys)
+        record.rule_s = timers.seconds.get(
+            "autofunc_rule" if config == "autofunc_v2" else "builtin_rule", 0.0
+        )
+        record.gc_s, record.full_gcs = timers.gc_total, len(timers.full_gcs)
+        counted = [timers.objects[k] for k in keys if k in timers.objects]
+        if counted:
+            record.pass_gc_share_s = gc_share(
+                counted[0][0], sum(left for _, left in counted), timers.full_gcs
+            )
+        record.phases = phases_of(compilation_time_metrics)
         key = "autofunc_pass" if config == "autofunc_v2" else "builtin_reinplace"
         record.hops = timers.hops.get(key, 0)
         record.nodes = timers.nodes.get(key, 0)
@@ -257,13 +384,14 @@ def _run_one(
     return warm
 
 
-_TIMINGS = ("warm_s", "autofunc_pass_s", "builtin_reinplace_s", "builtin_decompose_s", "pass_gc_s")
+_TIMINGS = ("warm_s", "autofunc_pass_s", "builtin_reinplace_s", "builtin_decompose_s", "pass_gc_s",
+            "rule_s", "gc_s", "full_gcs", "pass_gc_share_s")  # fmt: skip
 
 
 def median_record(records: list[CompileRecord]) -> CompileRecord:
-    """One record for the repetitions of one (config, layer count): each timing is the median
-    of its values (taken field by field), the cold time and the counts are the first run's; a
-    failed or wrong repetition makes the whole record failed or wrong."""
+    """One record for the repetitions of one (config, layer count): each timing (and each
+    phase) is the median of its values (taken field by field), the cold time and the counts are
+    the first run's; a failed or wrong repetition makes the whole record failed or wrong."""
     first = records[0]
     failed = next((r for r in records if r.error), None)
     if failed is not None:
@@ -273,6 +401,10 @@ def median_record(records: list[CompileRecord]) -> CompileRecord:
     for name in _TIMINGS:
         values = [getattr(r, name) for r in records if getattr(r, name) is not None]
         setattr(out, name, statistics.median(values) if values else None)
+    out.phases = {}
+    for phase in dict.fromkeys(p for r in records for p in r.phases):
+        values = [r.phases[phase] for r in records if r.phases.get(phase) is not None]
+        out.phases[phase] = statistics.median(values) if values else None
     return out
 
 
@@ -385,6 +517,38 @@ def format_table(records: list[CompileRecord]) -> str:
     return "\n".join(out)
 
 
+def format_phases(records: list[CompileRecord]) -> str:
+    """Where each warm compile's time goes (``phases_of``), and the pass's cost per HOP node
+    three ways: without GC, with its share of the compile's full collections, with the
+    collections that happened to run inside it."""
+    from .report import format_columns
+
+    header = ["layers", "config", "warm s", *PHASES, "rule", "gc (full)",
+              "pass/hop: no gc", "+ gc share", "+ gc inside"]  # fmt: skip
+    body = []
+    for r in sorted(records, key=lambda r: (r.layers, r.config)):
+        if r.error:
+            continue
+        hops, no_gc = r.hops, None if r.pass_s is None else r.pass_s - (r.pass_gc_s or 0.0)
+        share = None if no_gc is None or r.pass_gc_share_s is None else no_gc + r.pass_gc_share_s
+        row = [str(r.layers), r.config, _f(r.warm_s, ".1f")]
+        row += [_f(r.phases.get(p), ".2f") for p in PHASES]
+        row += [_f(r.rule_s, ".2f"), f"{_f(r.gc_s, '.2f')} ({_f(r.full_gcs, '.0f')})"]
+        row += [_ms(no_gc, hops), _ms(share, hops), _ms(r.pass_s, hops)]
+        body.append(row)
+    out = format_columns(header, body)
+    out.append(
+        "seconds of the warm compile per phase (Dynamo's own timers): aot = AOTAutograd with "
+        "functionalization, rule = the part of it in the functionalization rule of the "
+        "mutable-op calls, post_grad includes the re-inplace passes, codegen = scheduling, "
+        "code generation and loading; gc = Python's cyclic GC over the compile (full "
+        "collections). pass/hop in ms: gc share = the pass's share of the full collections by "
+        "the objects it leaves (Note [Who pays for a full collection]), gc inside = the "
+        "collections that ran during the pass."
+    )
+    return "\n".join(out)
+
+
 def _f(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
@@ -424,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         layer_counts, args.timeout, budget_s=args.budget, device=args.device, repeat=args.repeat
     )
     print(format_table(records))
+    print()
+    print(format_phases(records))
     if args.json:
         from .report import write_json
 
