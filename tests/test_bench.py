@@ -120,3 +120,60 @@ def test_bench_compile_a_failed_repetition_fails_the_point():
     failed = CompileRecord("autofunc_v2", 8, error="warm: timeout (600 s)")
     assert median_record([ok, wrong]).correct is False
     assert median_record([ok, failed]).error == "warm: timeout (600 s)"
+
+
+def test_compile_phases_are_disjoint_parts_of_dynamos_timers():
+    from autofunc.bench.compile_time import PHASES, phases_of
+
+    metrics = {
+        "_compile.compile_inner": [10.0],
+        "OutputGraph.call_user_compiler": [7.0],
+        "build_guards": [0.5],
+        "compile_fx.<locals>.fw_compiler_base": [5.0],
+        "_recursive_joint_graph_passes": [0.5],
+        "_recursive_post_grad_passes": [1.0],
+        "GraphLowering.run": [1.5],
+        "GraphLowering.compile_to_module": [1.25, 0.25],  # two graphs: summed
+    }
+    phases = phases_of(metrics)
+    assert tuple(phases) == PHASES
+    assert phases == {
+        "dynamo": 2.5, "guards": 0.5, "aot": 2.0, "joint": 0.5, "post_grad": 1.0,
+        "lowering": 1.5, "codegen": 1.5, "inductor_other": 0.5,
+    }  # fmt: skip
+    assert sum(phases.values()) == 10.0
+    # A timer another torch does not have leaves the phases that need it unknown, not wrong.
+    del metrics["GraphLowering.run"]
+    phases = phases_of(metrics)
+    assert phases["lowering"] is None and phases["inductor_other"] is None
+    assert phases["dynamo"] == 2.5
+
+
+def test_gc_share_charges_each_object_left_four_times_the_mean_full_collection_per_heap_object():
+    from autofunc.bench.compile_time import gc_share
+
+    # Full collections of 0.4 s and 0.6 s over a heap of 1e6 objects: 4 * 0.5 s / 1e6 per object.
+    assert gc_share(1_000_000, 10_000, [0.4, 0.6]) == pytest.approx(0.02)
+    assert gc_share(1_000_000, 10_000, []) == 0.0  # no full collection: nothing to share
+    assert gc_share(1_000_000, -50, [0.5]) == 0.0  # a pass that freed more than it made
+    assert gc_share(0, 10, [0.5]) == 0.0
+
+
+def test_bench_compile_phase_table_and_medians_of_phases():
+    from autofunc.bench.compile_time import CompileRecord, format_phases, median_record
+
+    def rec(warm, dynamo):
+        return CompileRecord(
+            "autofunc_v2", 8, hops=32, warm_s=warm, autofunc_pass_s=0.032, pass_gc_s=0.016,
+            pass_gc_share_s=0.0032, rule_s=0.2, gc_s=0.3, full_gcs=1, correct=True,
+            phases={"dynamo": dynamo, "lowering": None},
+        )  # fmt: skip
+
+    med = median_record([rec(4.0, 0.3), rec(5.0, 0.5), rec(6.0, 0.4)])
+    assert med.phases == {"dynamo": 0.4, "lowering": None}
+    lines = format_phases([med]).splitlines()
+    assert lines[0].split()[:4] == ["layers", "config", "warm", "s"]
+    row = lines[2].split()
+    assert row[:4] == ["8", "autofunc_v2", "5.0", "0.40"]
+    # pass/hop: 16 ms without GC over 32 HOPs, + 3.2 ms of share, 32 ms with the GC inside
+    assert row[-3:] == ["0.50", "0.60", "1.00"]
