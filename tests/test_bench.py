@@ -177,3 +177,19 @@ def test_bench_compile_phase_table_and_medians_of_phases():
     assert row[:4] == ["8", "autofunc_v2", "5.0", "0.40"]
     # pass/hop: 16 ms without GC over 32 HOPs, + 3.2 ms of share, 32 ms with the GC inside
     assert row[-3:] == ["0.50", "0.60", "1.00"]
+
+
+@pytest.mark.parametrize("config", ["autofunc_v2", "builtin_v2"])
+def test_bench_compile_measures_a_real_compile(config):
+    # One layer through Inductor in this process: every timer found its function on this torch.
+    from autofunc.bench.compile_time import PHASES, measure_compile
+
+    r = measure_compile(config, 1, "cpu", "warm")
+    assert r.error == "" and r.correct is True
+    assert r.hops == 4  # four mutable ops per layer, one HOP each
+    assert r.pass_s is not None and r.pass_s > 0
+    assert r.rule_s is not None and r.rule_s > 0
+    assert r.gc_s is not None and r.full_gcs is not None and r.pass_gc_share_s is not None
+    assert set(r.phases) == set(PHASES)
+    assert all(v is not None and v >= 0 for v in r.phases.values()), r.phases
+    assert sum(r.phases.values()) <= r.warm_s
