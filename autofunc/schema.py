@@ -23,9 +23,17 @@ RESERVED_KWARGS = ("_op", "_bases", "_views")
 
 
 class ArgKind(enum.Enum):
+    """The layout of a mutable argument. A list's elements may be optional (``Tensor(a!)?[]``):
+    every consumer skips ``None`` elements as it skips a ``None`` argument."""
+
     TENSOR = "Tensor(a!)"
     OPTIONAL = "Tensor(a!)?"
-    LIST = "Tensor(a!)[]"
+    LIST = "Tensor(a!)[]"  # also Tensor(a!)?[]
+    OPTIONAL_LIST = "Tensor(a!)[]?"  # also Tensor(a!)?[]?
+
+    @property
+    def is_list(self) -> bool:
+        return self in (ArgKind.LIST, ArgKind.OPTIONAL_LIST)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,13 +62,24 @@ def qualname(op: OpOverload) -> str:
     return f"{op._schema.name}.{op._overloadname}"
 
 
+def _is_tensor(t: torch._C.JitType, optional: bool = False) -> bool:
+    """``Tensor`` (or, with ``optional``, also ``Tensor?``)."""
+    if optional and isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    return isinstance(t, torch.TensorType)
+
+
 def _classify(arg: torch._C.Argument) -> ArgKind | None:
     t = arg.type
-    if isinstance(t, torch.TensorType):
+    if _is_tensor(t):
         return ArgKind.TENSOR
-    if isinstance(t, torch.OptionalType) and isinstance(t.getElementType(), torch.TensorType):
-        return ArgKind.OPTIONAL
-    if isinstance(t, torch.ListType) and isinstance(t.getElementType(), torch.TensorType):
+    if isinstance(t, torch.OptionalType):
+        inner = t.getElementType()
+        if _is_tensor(inner):
+            return ArgKind.OPTIONAL
+        if isinstance(inner, torch.ListType) and _is_tensor(inner.getElementType(), True):
+            return ArgKind.OPTIONAL_LIST
+    if isinstance(t, torch.ListType) and _is_tensor(t.getElementType(), True):
         return ArgKind.LIST
     return None
 
@@ -85,7 +104,8 @@ def _check(op: OpOverload) -> OpInfo:
         if kind is None:
             raise UnsupportedOpError(
                 name,
-                f"mutable arguments must be Tensor(a!), Tensor(a!)? or Tensor(a!)[], got {arg.type}",
+                "mutable arguments must be Tensor(a!), Tensor(a!)? or a list of them "
+                f"(Tensor(a!)[], Tensor(a!)?[], optional or not), got {arg.type}",
                 arg=arg.name,
                 hint="Pass mutable tensors directly, not inside nested containers",
             )
@@ -136,9 +156,10 @@ def _check(op: OpOverload) -> OpInfo:
 
 
 def _element_alias_set(schema: str, name: str) -> tuple[str, ...]:
-    """The alias set of a ``Tensor(a!)[] name`` argument, read off the schema text (the Python
-    binding exposes a list's alias info without the set its elements belong to)."""
-    m = re.search(rf"Tensor\((\w+)!?\)\[\]\?? {re.escape(name)}\b", schema)
+    """The alias set of a ``Tensor(a!)[] name`` argument (``Tensor?(a!)[]``, either optional
+    or not), read off the schema text (the Python binding exposes a list's alias info without
+    the set its elements belong to)."""
+    m = re.search(rf"Tensor\??\((\w+)!?\)\??\[\]\?? {re.escape(name)}\b", schema)
     return (m.group(1),) if m else (f"<{name}>",)
 
 
@@ -160,8 +181,9 @@ def op_info(op: OpOverload) -> OpInfo:
 
     Raises:
         UnsupportedOpError: the schema has an aliasing output, a mutable argument that is not a
-            tensor, an optional tensor or a list of tensors, two mutable arguments in one alias
-            set, an argument named like a HOP keyword, or no mutable argument at all.
+            tensor, an optional tensor or a (possibly optional) list of (possibly optional)
+            tensors, two mutable arguments in one alias set, an argument named like a HOP
+            keyword, or no mutable argument at all.
     """
     return _check(op)
 

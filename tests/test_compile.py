@@ -19,6 +19,7 @@ INDUCTOR_PROGRAMS = [
     "two_overlapping",
     "dst_src_clone",
     "list_arg",
+    "list_of_optional_arg",
 ]
 
 

@@ -103,13 +103,26 @@ def _scale_into(x, *, out, alpha=2.0):
     out.copy_(x * alpha)
 
 
+def _add_each(xs, y):
+    for i, x in enumerate(xs or ()):
+        if x is not None:
+            x.add_(y * (i + 1))
+
+
 _lib.impl("bump", _bump, "CompositeExplicitAutograd")
 _lib.impl("bump.by", _bump, "CompositeExplicitAutograd")
+# Lists of mutable tensors that may be None, or hold None (custom_op infers neither type).
+_lib.define("add_opt_list(Tensor(a!)[]? xs, Tensor y) -> ()")
+_lib.define("add_list_opt(Tensor(a!)?[] xs, Tensor y) -> ()")
+for _name in ("add_opt_list", "add_list_opt"):
+    _lib.impl(_name, _add_each, "CompositeExplicitAutograd")
+add_opt_list = torch.ops.autofunc_corpus.add_opt_list
+add_list_opt = torch.ops.autofunc_corpus.add_list_opt
 # custom_op rejects kwarg-only tensors, so this one is defined through the Library API.
 _lib.define("scale_into(Tensor x, *, Tensor(a!) out, float alpha=2.0) -> ()")
 _lib.impl("scale_into", _scale_into, "CompositeExplicitAutograd")
 scale_into = torch.ops.autofunc_corpus.scale_into
-for _name in ("bump", "bump.by", "scale_into"):
+for _name in ("bump", "bump.by", "scale_into", "add_opt_list", "add_list_opt"):
     torch.library.register_fake(f"{_NS}::{_name}", lambda *a, **k: None, lib=_lib)
 
 OPS = (
@@ -123,7 +136,9 @@ OPS = (
     write_rows_fp8,
     update_stats,
 )
-OP_NAMES = tuple(op._qualname for op in OPS) + (f"{_NS}::bump", f"{_NS}::scale_into")
+OP_NAMES = tuple(op._qualname for op in OPS) + tuple(
+    f"{_NS}::{name}" for name in ("bump", "scale_into", "add_opt_list", "add_list_opt")
+)
 
 
 def register_all(strategy: str | None):
@@ -234,6 +249,28 @@ def optional_arg(x):
 def list_arg(x):
     buf = torch.zeros(3, 4)
     add_list([buf[0], buf[2], x[1]], x[0])
+    return buf
+
+
+@program(
+    lambda: (torch.randn(3, 4),),
+    "an optional list of mutable tensors (Tensor(a!)[]?): given, and None",
+)
+def optional_list_arg(x):
+    buf = torch.zeros(3, 4)
+    add_opt_list([buf[1], x[0]], x[2])
+    add_opt_list(None, x[2])
+    return buf
+
+
+@program(
+    lambda: (torch.randn(3, 4),),
+    "a list of optional mutable tensors (Tensor(a!)?[]) holding None (the built-in fails)",
+)
+def list_of_optional_arg(x):
+    buf = x * 2
+    add_list_opt([buf[0, :2], None, x[1:, 2:]], x[0, 2:])
+    add_list_opt([None, buf[2, 1:3]], buf[0, :2])
     return buf
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .. import views
-from ..schema import ArgKind, OpInfo, resolve, op_info
+from ..schema import OpInfo, resolve, op_info
 from .adapter import Mutation, Slot, register_adapter
 from .common import (
     AutofuncHOP,
@@ -52,7 +52,7 @@ def mutable_slots(info: OpInfo, kwargs: dict[str, Any]) -> list[tuple[str, int |
         value = kwargs[arg.name]
         if value is None:
             continue
-        if arg.kind is ArgKind.LIST:
+        if arg.kind.is_list:
             slots.extend((arg.name, i, t) for i, t in enumerate(value) if t is not None)
         else:
             slots.append((arg.name, None, value))

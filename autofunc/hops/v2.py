@@ -16,7 +16,7 @@ import torch
 
 from .. import regions, views
 from ..errors import AutofuncError, MalformedViewsError
-from ..schema import ArgKind, OpInfo, op_info, resolve
+from ..schema import OpInfo, op_info, resolve
 from .adapter import Mutation, Slot, register_adapter
 from .common import (
     AutofuncHOP,
@@ -85,15 +85,17 @@ class ArgView:
     chain: views.ViewChain
 
 
-ViewsEntry = ArgView | list[ArgView] | None  # one mutable argument: a tensor, a list, or None
+# One mutable argument: a tensor, a list (whose elements may be None), or None.
+ViewsEntry = ArgView | list[ArgView | None] | None
 
 
 def encode_views(entries: Sequence[ViewsEntry]) -> tuple:
     """The ``_views`` keyword for one call: one entry per mutable argument, in schema order.
 
     Each entry is its tensor count (``-1`` for ``None``, ``1`` for a tensor, the length for a
-    list), then per tensor its base index and ``views.encode_chain`` of its chain. E.g. one
-    tensor argument that is ``bases[0][0]``: ``(1, 0, 1, 0, 0, 0)``.
+    list), then per tensor its base index and ``views.encode_chain`` of its chain, or ``-1``
+    alone for a ``None`` element of a list. E.g. one tensor argument that is ``bases[0][0]``:
+    ``(1, 0, 1, 0, 0, 0)``.
     """
     wire: list = []
     for entry in entries:
@@ -103,7 +105,10 @@ def encode_views(entries: Sequence[ViewsEntry]) -> tuple:
         arg_views = entry if isinstance(entry, list) else [entry]
         wire.append(len(arg_views))
         for view in arg_views:
-            wire += [view.base_index, *views.encode_chain(view.chain)]
+            if view is None:
+                wire.append(-1)
+            else:
+                wire += [view.base_index, *views.encode_chain(view.chain)]
     return tuple(wire)
 
 
@@ -120,14 +125,18 @@ def decode_views(info: OpInfo, wire: Sequence) -> dict[str, ViewsEntry]:
         if count == -1:
             out[arg.name] = None
             continue
-        arg_views = []
+        arg_views: list[ArgView | None] = []
         for _ in range(count):
             base_index = wire[pos]
+            if base_index == -1 and arg.kind.is_list:  # a None element
+                arg_views.append(None)
+                pos += 1
+                continue
             chain, pos = views.read_chain(wire, pos + 1)
             arg_views.append(ArgView(base_index, chain))
-        if arg.kind is ArgKind.LIST:
+        if arg.kind.is_list:
             out[arg.name] = arg_views
-        elif len(arg_views) == 1:
+        elif len(arg_views) == 1 and arg_views[0] is not None:
             out[arg.name] = arg_views[0]
         else:
             raise MalformedViewsError(
@@ -151,7 +160,9 @@ def _v2_dense(_op: str, _bases: list, _views: tuple, **kwargs: Any) -> tuple:
     distinct = Distinct(lambda t: torch.ops.aten.alias.default(t), id)
     for name, view in decode_views(info, _views).items():
         if isinstance(view, list):
-            new_kwargs[name] = [distinct(regenerate(v, new_bases)) for v in view]
+            new_kwargs[name] = [
+                None if v is None else distinct(regenerate(v, new_bases)) for v in view
+            ]
         else:
             new_kwargs[name] = None if view is None else distinct(regenerate(view, new_bases))
     out = info.op(**new_kwargs)
@@ -233,8 +244,8 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
         value = kw.pop(arg.name)
         if value is None:
             entries.append(None)
-        elif arg.kind is ArgKind.LIST:
-            entries.append([bases.view_of(t) for t in value])
+        elif arg.kind.is_list:
+            entries.append([None if t is None else bases.view_of(t) for t in value])
         else:
             entries.append(bases.view_of(value))
     unwrapped = ctx.unwrap_tensors(kw)
@@ -273,7 +284,11 @@ class V2Adapter:
         for name, entry in decode_views(info, node.kwargs["_views"]).items():
             if isinstance(entry, list):
                 kwargs[name] = [None] * len(entry)
-                slots += [Slot(name, i, v.base_index, v.chain) for i, v in enumerate(entry)]
+                slots += [
+                    Slot(name, i, v.base_index, v.chain)
+                    for i, v in enumerate(entry)
+                    if v is not None
+                ]
             else:
                 kwargs[name] = None
                 if entry is not None:

@@ -12,7 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import autofunc
 from autofunc.bench import corpus  # noqa: F401  (defines the autofunc_corpus ops)
-from autofunc.hops.v2 import ArgView, encode_views
+from autofunc.hops.v2 import ArgView, decode_views, encode_views
 from autofunc.testing import count_targets
 from autofunc.views import AsStrided, Select, Slice, ViewChain
 
@@ -56,6 +56,31 @@ def test_v1_list_and_optional_arguments():
     assert torch.equal(a, a0) and torch.equal(b, b0)
     # An optional mutable argument passed None contributes no new value.
     assert v1("autofunc_corpus::add_opt.default", x=None, y=y) == ()
+
+
+def test_lists_holding_none_and_none_lists():
+    # Tensor(a!)?[]: a None element gets no new value; Tensor(a!)[]?: a None list gets none.
+    a, b, y = torch.randn(3), torch.randn(3), torch.randn(3)
+    a0, b0 = a.clone(), b.clone()
+    new_a, new_b = v1("autofunc_corpus::add_list_opt.default", xs=[a, None, b], y=y)
+    torch.testing.assert_close(new_a, a0 + y)
+    torch.testing.assert_close(new_b, b0 + 3 * y)
+    assert torch.equal(a, a0) and torch.equal(b, b0)
+    assert v1("autofunc_corpus::add_opt_list.default", xs=None, y=y) == ()
+    # v2: one base (rows 0 and 2 of a 3x3 buffer) and a None element in between; the wire
+    # format gives that element -1 alone.
+    base = torch.randn(3, 3)
+    base0 = base.clone()
+    entries = [[ArgView(0, ViewChain((Select(0, 0),))), None, ArgView(0, ViewChain((Select(0, 2),)))]]
+    views_ = encode_views(entries)
+    info = autofunc.schema.op_info(torch.ops.autofunc_corpus.add_list_opt.default)
+    assert decode_views(info, views_) == {"xs": entries[0]}
+    (new_base,) = v2("autofunc_corpus::add_list_opt.default", _bases=[base], _views=views_, y=y[0])
+    expected = base0.clone()
+    expected[0] += y[0]
+    expected[2] += 3 * y[0]
+    torch.testing.assert_close(new_base, expected)
+    assert torch.equal(base, base0)
 
 
 def test_v2_changes_only_the_view_in_a_new_base():
