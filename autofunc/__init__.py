@@ -9,7 +9,13 @@ Public API:
 * :func:`explain`: compile a function and report where every mutable buffer went.
 """
 
-from .errors import AutofuncError, GraphError, MalformedViewsError, UnsupportedOpError
+from .errors import (
+    AutofuncError,
+    GraphError,
+    MalformedViewsError,
+    UnsupportedCallError,
+    UnsupportedOpError,
+)
 from . import inductor as _inductor  # noqa: F401 - hooks the Inductor pass into the registry
 from .explain import explain
 from .hops.v1 import auto_functionalized_v1
@@ -22,6 +28,7 @@ __all__ = [
     "AutofuncError",
     "GraphError",
     "MalformedViewsError",
+    "UnsupportedCallError",
     "UnsupportedOpError",
     "auto_functionalized_v1",
     "auto_functionalized_v2",

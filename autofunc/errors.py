@@ -6,7 +6,13 @@ one is at fault, the argument. Internal invariants use ``AssertionError`` instea
 
 from __future__ import annotations
 
-__all__ = ["AutofuncError", "GraphError", "MalformedViewsError", "UnsupportedOpError"]
+__all__ = [
+    "AutofuncError",
+    "GraphError",
+    "MalformedViewsError",
+    "UnsupportedCallError",
+    "UnsupportedOpError",
+]
 
 
 class AutofuncError(ValueError):
@@ -33,6 +39,22 @@ class UnsupportedOpError(AutofuncError, TypeError):
         self.reason = reason
         where = f"argument '{arg}' of " if arg is not None else ""
         msg = f"autofunc cannot functionalize {where}op {op}: {reason}"
+        if hint:
+            msg += f". {hint}"
+        super().__init__(msg)
+
+
+class UnsupportedCallError(AutofuncError):
+    """One call of a registered op that autofunc cannot functionalize soundly where it is
+    traced (the op itself is supported). Raised while tracing, naming the op and the argument.
+    """
+
+    def __init__(self, op: str, reason: str, *, arg: str | None = None, hint: str = ""):
+        self.op = op
+        self.arg = arg
+        self.reason = reason
+        where = f"argument '{arg}' of " if arg is not None else ""
+        msg = f"autofunc cannot functionalize this call: {where}op {op}: {reason}"
         if hint:
             msg += f". {hint}"
         super().__init__(msg)

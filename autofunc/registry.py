@@ -20,7 +20,7 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode, PythonFunc
 from . import guards
 from .errors import AutofuncError
 from .hops.common import may_overlap, normalize_args
-from .hops.v1 import functionalize_v1, mutable_slots
+from .hops.v1 import functionalize_v1, inexact_slot, mutable_slots
 from .hops.v2 import functionalize_v2
 from .schema import OpInfo, op_info, qualname, resolve
 
@@ -347,6 +347,11 @@ def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | 
         # their common base once.
         log.debug("%s: mutable arguments may overlap; this call uses v2", func)
         strategy = "v2"
+    if strategy == "v1":
+        arg = inexact_slot(op_info(func), normalize_args(func, args, kwargs or {}))
+        if arg is not None:  # Note [Writing back unfold views] in hops/common.py
+            log.debug("%s: argument %s is an unfold view; this call uses v2", func, arg)
+            strategy = "v2"
     _install_pass()  # Note [Backend hooks]: this thread may lack the Inductor pass
     if strategy == "v1":
         return functionalize_v1(ctx, func, args, kwargs or {})

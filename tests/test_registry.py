@@ -348,3 +348,54 @@ def test_hop_names_are_distinct_from_pytorchs():
     assert names.isdisjoint(h.name() for h in _PYTORCH_HOPS)
     assert torch.ops.higher_order.autofunc_v1 is autofunc.auto_functionalized_v1
     assert torch.ops.higher_order.autofunc_v2 is autofunc.auto_functionalized_v2
+
+
+def _unfold_then_row(x, y):
+    buf = x * 1
+    corpus.add_(buf.unfold(1, 1, 5), y[:1])  # columns 0 and 5; 1-4 must keep their values
+    corpus.add_(buf[1], y)  # a plain row
+    return buf
+
+
+def test_v1_call_through_an_unfold_view_uses_v2():
+    # Note [Writing back unfold views]: functionalization's inverse of unfold zeroes what no
+    # window covers, so a v1 write-back of an unfold view would be wrong; that call takes v2.
+    x, y = torch.randn(4, 6), torch.randn(6)
+    with autofunc.register(corpus.add_, strategy="v1"):
+        compiled, captured = compile_capture(_unfold_then_row, reinplace_pass=False)
+        torch.testing.assert_close(compiled(x, y), _unfold_then_row(x, y))
+    (text,) = captured.functional
+    hops = [f"autofunc_{s}" for line in text.splitlines() for s in ("v1", "v2")
+            if f"autofunc_{s}(" in line]  # fmt: skip
+    assert hops == ["autofunc_v2", "autofunc_v1"]
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+def test_unfold_view_without_a_known_base_is_refused(strategy):
+    # Under torch.func.functionalize no base is known: v2 would write the unfold view back
+    # through the same inverse, so the call is refused by name instead of computed wrongly.
+    x, y = torch.randn(4, 6), torch.randn(6)
+    with autofunc.register(corpus.add_, strategy=strategy):
+        if _cpp_functionalize_fails_inside_torch(_unfold_then_row, x, y):
+            return
+        with pytest.raises(autofunc.UnsupportedCallError, match="unfold") as info:
+            torch.func.functionalize(_unfold_then_row)(x, y)
+    assert info.value.arg == "x" and info.value.op == _ADD
+    assert "argument 'x' of op autofunc_corpus::add_.default" in str(info.value)
+
+
+def test_inexact_slot_names_the_unfold_argument():
+    from autofunc.hops.v1 import inexact_slot
+    from autofunc.schema import op_info
+
+    info = op_info(torch.ops.autofunc_corpus.add_list_opt.default)
+    seen = []
+
+    def probe(x):  # functional tensors carry the views that made them
+        plain, unfolded = x[0], x.unfold(1, 2, 3)[1:]
+        seen.append(inexact_slot(info, {"xs": [plain, None], "y": x}))
+        seen.append(inexact_slot(info, {"xs": [plain, None, unfolded], "y": x}))
+        return x
+
+    torch.func.functionalize(probe)(torch.randn(4, 6))
+    assert seen == [None, "xs[2]"]

@@ -274,6 +274,18 @@ def list_of_optional_arg(x):
     return buf
 
 
+@program(
+    lambda: (torch.randn(4, 6),),
+    "writes through unfold views with gaps between windows (functionalization's inverse of "
+    "unfold zeroes the gaps, pytorch#198102; v1 uses v2 for these calls)",
+)
+def unfold_gaps(x):
+    buf = x * 1
+    add_(buf.unfold(1, 1, 5), x[0, :1])  # columns 0 and 5 of an intermediate
+    add_(x.unfold(1, 2, 4), x[1, 2:4])  # columns 0-1 and 4-5 of the input
+    return buf
+
+
 @program(lambda: (torch.randn(3, 4),), "kwarg-only mutable argument")
 def kwarg_only(x):
     out = torch.empty(3, 4)

@@ -168,6 +168,35 @@ def unpack_outputs(info: OpInfo, flat: tuple) -> Any:
     return tuple(flat)
 
 
+# Views whose inverse in PyTorch's functionalization is not a scatter of the view into its
+# base: ``unfold``'s (``unfold_backward``) rebuilds the base from the windows alone.
+_INEXACT_INVERSES = frozenset({"unfold_ViewMeta"})
+
+
+def written_back_inexactly(t: torch.Tensor) -> bool:
+    """Whether functionalization would write a new value of ``t`` back into its base wrongly.
+
+    Note [Writing back unfold views]
+    ``write_back`` replaces a functional tensor's value and lets functionalization carry the
+    new value into the tensor's base by inverting the views that made it. For a view made by
+    ``unfold`` that inverse rebuilds the whole base from the windows: the elements no window
+    covers become 0 and overlapping windows are summed (pytorch#198102; PyTorch's built-in v1
+    gives the same wrong result). A v1 call with such an argument is therefore functionalized
+    with v2, which writes back the argument's base (``registry``); where v2's base is itself
+    such a view (its real base unknown: ``torch.func.functionalize``, inference mode without
+    base tracking) the call is refused (``UnsupportedCallError``). The views a tensor was made
+    by are read off its functional wrapper; where they cannot be read, ``False``.
+    """
+    getter = getattr(torch._C._functionalization, "get_view_meta_sequence", None)
+    if getter is None:  # pragma: no cover - a torch without it
+        return False
+    try:
+        metas = getter(getattr(t, "elem", t))  # a FunctionalTensor's functional wrapper
+    except (RuntimeError, TypeError):
+        return False
+    return any(type(m).__name__ in _INEXACT_INVERSES for m in metas)
+
+
 def write_back(ctx: Any, old: torch.Tensor, new: torch.Tensor) -> None:
     """Make the functional program see ``new`` wherever it later reads ``old`` (or an alias)."""
     ctx.replace(old, new)

@@ -21,9 +21,10 @@ from .common import (
     register_rules,
     unpack_outputs,
     write_back,
+    written_back_inexactly,
 )
 
-__all__ = ["auto_functionalized_v1", "functionalize_v1", "mutable_slots"]
+__all__ = ["auto_functionalized_v1", "functionalize_v1", "inexact_slot", "mutable_slots"]
 
 
 class AutoFunctionalizedV1(AutofuncHOP):
@@ -57,6 +58,16 @@ def mutable_slots(info: OpInfo, kwargs: dict[str, Any]) -> list[tuple[str, int |
         else:
             slots.append((arg.name, None, value))
     return slots
+
+
+def inexact_slot(info: OpInfo, kwargs: dict[str, Any]) -> str | None:
+    """The first mutable argument (``name`` or ``name[i]``) that functionalization would write
+    back wrongly (``common.written_back_inexactly``, Note [Writing back unfold views]), or
+    ``None``. The registry functionalizes such a call with v2."""
+    for name, index, t in mutable_slots(info, kwargs):
+        if written_back_inexactly(t):
+            return name if index is None else f"{name}[{index}]"
+    return None
 
 
 def _v1_dense(_op: str, **kwargs: Any) -> tuple:

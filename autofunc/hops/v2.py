@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .. import regions, views
-from ..errors import AutofuncError, MalformedViewsError
+from ..errors import AutofuncError, MalformedViewsError, UnsupportedCallError
 from ..schema import OpInfo, op_info, resolve
 from .adapter import Mutation, Slot, register_adapter
 from .common import (
@@ -30,6 +30,7 @@ from .common import (
     register_rules,
     unpack_outputs,
     write_back,
+    written_back_inexactly,
 )
 
 __all__ = [
@@ -198,8 +199,11 @@ class _Bases:
             for t in group:
                 self._base_of[id(t)] = common
 
+    def base_of(self, t: torch.Tensor) -> torch.Tensor:
+        return self._base_of[id(t)]
+
     def view_of(self, t: torch.Tensor) -> ArgView:
-        base = self._base_of[id(t)]
+        base = self.base_of(t)
         for i, b in enumerate(self.tensors):
             if b is base:
                 break
@@ -239,6 +243,7 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     info = op_info(op)
     kw = normalize_args(op, args, kwargs)
     bases = _Bases(ctx, [t for arg in info.mutable_args for t in _tensors(kw[arg.name])])
+    _check_bases(info, kw, bases)
     entries: list[ViewsEntry] = []
     for arg in info.mutable_args:
         value = kw.pop(arg.name)
@@ -260,6 +265,23 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     for old, new in zip(bases.tensors, new_bases, strict=True):
         write_back(ctx, old, new)
     return ctx.wrap_tensors(unpack_outputs(info, outs))
+
+
+def _check_bases(info: OpInfo, kw: dict, bases: _Bases) -> None:
+    """Refuse a call whose new base functionalization would write back wrongly (Note [Writing
+    back unfold views] in ``common``), naming the first argument on that base."""
+    for arg in info.mutable_args:
+        for t in _tensors(kw[arg.name]):
+            if written_back_inexactly(bases.base_of(t)):
+                raise UnsupportedCallError(
+                    info.qualname,
+                    "it is a view made by unfold whose base is not known here, and PyTorch's "
+                    "functionalization writes a new value back through unfold wrongly (the "
+                    "elements no window covers become 0; pytorch#198102)",
+                    arg=arg.name,
+                    hint="Compile with torch.compile or torch.export (they track the base), or "
+                    "pass the op a tensor that is not an unfold view",
+                )
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
