@@ -28,7 +28,9 @@ def _run(args: argparse.Namespace, start: int, count: int, out: Path) -> tuple[i
         sys.executable, str(_SWEEP), "--seed", str(args.seed), "--start", str(start),
         "--count", str(count), "--paths", args.paths, "--strategies", args.strategies,
         "--out", args.out, "--json", str(out),
-    ] + (["--no-shrink"] if args.no_shrink else [])
+    ] + (["--no-shrink"] if args.no_shrink else []) + (
+        ["--features", args.features] if args.features else []
+    )
     rc = subprocess.run(cmd, stdout=subprocess.DEVNULL if args.quiet else None).returncode
     data = json.loads(out.read_text()) if out.exists() else None
     return rc, data
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="fuzz-failures")
     ap.add_argument("--json", required=True)
     ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--features", default="", help="passed to fuzz_sweep.py --features")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
 
@@ -75,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"crashes={len(crashes)}", flush=True)
     summary = {
         "seed": args.seed, "start": args.start, "count": args.count, "paths": args.paths,
-        "strategies": args.strategies, "torch": torch_version, "seconds": round(seconds, 1),
+        "strategies": args.strategies, "features": args.features, "torch": torch_version,
+        "seconds": round(seconds, 1),
         "stats": {k: dict(v) for k, v in sorted(stats.items())},
         "failures": failures, "crashes": crashes,
     }

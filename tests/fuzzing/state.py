@@ -59,6 +59,10 @@ class Features:
     # of a transposed input): wrong values and heap corruption that kills the process (native
     # ``mul_`` too; autofunc's v1 writes back through the view, so it hits it).
     mutate_unfold_views: bool = False
+    # Registered ops mutating ``unfold`` views (native in-place ops still do not, unless
+    # ``mutate_unfold_views``): autofunc functionalizes such a v1 call with v2 (Note [Writing
+    # back unfold views]); PyTorch's built-in v1 gives wrong values.
+    unfold_call_args: bool = False
 
 
 class _State:
@@ -187,17 +191,19 @@ class _State:
         weights = [1.0 + i for i in range(len(names))]
         return self.rng.choices(list(names), weights=weights)[0]
 
-    def _mutable(self) -> list[str]:
+    def _mutable(self, call: bool = False) -> list[str]:
+        """Variables a statement may write: an in-place aten op, or (``call``) a registered op."""
+        unfold_ok = self.features.mutate_unfold_views or (call and self.features.unfold_call_args)
         return [
             v
             for v in self.order
             if len(_elems(self.t(v))) == self.t(v).numel()
-            and (self.features.mutate_unfold_views or v not in self.unfolded)
+            and (unfold_ok or v not in self.unfolded)
         ]
 
     def _pick_mut(self, picked: list[str]) -> str:
         rng = self.rng
-        pool = self._mutable()
+        pool = self._mutable(call=True)
         if picked and rng.random() < 0.45:
             other = rng.choice(picked)
             if rng.random() < 0.3:
