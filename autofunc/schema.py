@@ -51,7 +51,10 @@ class OpInfo:
     qualname: str  # "ns::name.overload", the HOPs' wire name for the op
     arg_names: tuple[str, ...]
     mutable_args: tuple[MutableArg, ...]
-    num_returns: int
+    num_returns: int  # the op's fresh outputs (the HOPs return these, then the new values)
+    # For an op tagged ``inplace`` or ``out`` whose every output is one of its mutable
+    # arguments (Note [Ops that return their arguments]): those arguments, in output order.
+    returned_args: tuple[str, ...] = ()
 
     @property
     def mutable_names(self) -> tuple[str, ...]:
@@ -127,6 +130,9 @@ def _check(op: OpOverload) -> OpInfo:
     returns = list(schema.returns)
     if len(returns) == 1 and isinstance(returns[0].type, torch.NoneType):
         returns = []  # "-> None": the op returns nothing, like "-> ()"
+    returned = _returned_args(op, returns, mutable, write_sets)
+    if returned:
+        returns = []
     for i, ret in enumerate(returns):
         if ret.alias_info is not None:
             aliased = sorted(ret.alias_info.before_set)
@@ -142,7 +148,9 @@ def _check(op: OpOverload) -> OpInfo:
                 name,
                 f"output {i} ({ret.type}) aliases it (alias set {', '.join(aliased)})",
                 arg=culprit,
-                hint="Return nothing (the mutation is visible through the argument) or a fresh tensor",
+                hint="Return nothing (the mutation is visible through the argument) or a fresh "
+                "tensor; an op that returns its mutable arguments themselves needs the tag "
+                "torch.Tag.inplace or torch.Tag.out",
             )
         if not _is_supported_return(ret.type):
             raise UnsupportedOpError(name, f"return type {ret.type} is not supported")
@@ -152,7 +160,39 @@ def _check(op: OpOverload) -> OpInfo:
         arg_names=tuple(a.name for a in schema.arguments),
         mutable_args=tuple(mutable),
         num_returns=len(returns),
+        returned_args=returned,
     )
+
+
+def _returned_args(
+    op: OpOverload, returns: list, mutable: list[MutableArg], write_sets: dict[tuple, str]
+) -> tuple[str, ...]:
+    """The mutable arguments an ``inplace``/``out``-tagged op returns, or ``()``.
+
+    Note [Ops that return their arguments]
+    An op tagged ``torch.Tag.inplace`` (``foo_(Tensor(a!) x) -> Tensor(a!)``) or
+    ``torch.Tag.out`` (``foo.out(..., Tensor(a!) out) -> Tensor(a!)``) returns the tensors it
+    mutates, as aten's in-place and out= ops do; PyTorch's built-in accepts such custom ops.
+    When every output is one mutable tensor argument (its alias set is that argument's), the
+    HOPs treat the op as returning nothing and the functionalization rule returns the argument
+    objects themselves after the write-back, so the caller gets what eager gives: the tensor it
+    passed, holding the new value. Untagged ops, outputs that alias lists or optional
+    arguments, and mixes of fresh and aliased outputs stay refused.
+    """
+    tags = getattr(op, "tags", ())
+    if not returns or not (torch.Tag.inplace in tags or torch.Tag.out in tags):
+        return ()
+    by_name = {a.name: a for a in mutable}
+    out = []
+    for ret in returns:
+        info = ret.alias_info
+        if info is None or not isinstance(ret.type, torch.TensorType):
+            return ()
+        arg = write_sets.get(tuple(sorted(info.before_set)))
+        if arg is None or by_name[arg].kind is not ArgKind.TENSOR:
+            return ()
+        out.append(arg)
+    return tuple(out)
 
 
 def _element_alias_set(schema: str, name: str) -> tuple[str, ...]:

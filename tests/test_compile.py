@@ -20,6 +20,8 @@ INDUCTOR_PROGRAMS = [
     "dst_src_clone",
     "list_arg",
     "list_of_optional_arg",
+    "returns_its_argument",
+    "returns_its_out",
 ]
 
 

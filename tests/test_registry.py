@@ -399,3 +399,22 @@ def test_inexact_slot_names_the_unfold_argument():
 
     torch.func.functionalize(probe)(torch.randn(4, 6))
     assert seen == [None, "xs[2]"]
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+def test_op_returning_its_argument_returns_a_view_of_the_input(strategy, backend):
+    # Note [Ops that return their arguments]: eager returns the row it was given, a view of x;
+    # so must the compiled function, holding the new value.
+    def fn(x):
+        return corpus.scale_(x[1], 3.0)
+
+    x = torch.randn(3, 4)
+    expected_x = x.clone()
+    expected = fn(expected_x)
+    with autofunc.register("autofunc_corpus::scale_", strategy=strategy):
+        got = torch.compile(fn, backend=backend, fullgraph=True)(x)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(x, expected_x)
+    assert got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert got.storage_offset() == x[1].storage_offset()

@@ -34,6 +34,7 @@ __all__ = [
     "may_overlap",
     "same_storage",
     "normalize_args",
+    "call_result",
     "op_outputs",
     "unpack_outputs",
     "register_rules",
@@ -157,6 +158,16 @@ def op_outputs(info: OpInfo, out: Any) -> tuple:
     if info.num_returns == 1:
         return (out,)
     return tuple(out)
+
+
+def call_result(ctx: Any, info: OpInfo, outs: tuple, kwargs: dict[str, Any]) -> Any:
+    """What a functionalized call returns: the op's fresh outputs, wrapped, or, for an op that
+    returns its mutable arguments, those argument objects from ``kwargs`` (Note [Ops that
+    return their arguments] in ``schema``)."""
+    if info.returned_args:
+        returned = tuple(kwargs[name] for name in info.returned_args)
+        return returned[0] if len(returned) == 1 else returned
+    return ctx.wrap_tensors(unpack_outputs(info, outs))
 
 
 def unpack_outputs(info: OpInfo, flat: tuple) -> Any:

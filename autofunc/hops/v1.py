@@ -15,11 +15,11 @@ from ..schema import OpInfo, resolve, op_info
 from .adapter import Mutation, Slot, register_adapter
 from .common import (
     AutofuncHOP,
+    call_result,
     clone_exact,
     normalize_args,
     op_outputs,
     register_rules,
-    unpack_outputs,
     write_back,
     written_back_inexactly,
 )
@@ -101,7 +101,7 @@ def functionalize_v1(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     outs, new_values = flat[: info.num_returns], flat[info.num_returns :]
     for (_, _, old), new in zip(mutable_slots(info, kw), new_values, strict=True):
         write_back(ctx, old, new)
-    return ctx.wrap_tensors(unpack_outputs(info, outs))
+    return call_result(ctx, info, outs, kw)
 
 
 register_rules(auto_functionalized_v1, _v1_dense)

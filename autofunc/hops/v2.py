@@ -20,6 +20,7 @@ from ..schema import OpInfo, op_info, resolve
 from .adapter import Mutation, Slot, register_adapter
 from .common import (
     AutofuncHOP,
+    call_result,
     Distinct,
     clone_exact,
     geometry_known,
@@ -28,7 +29,6 @@ from .common import (
     same_storage,
     op_outputs,
     register_rules,
-    unpack_outputs,
     write_back,
     written_back_inexactly,
 )
@@ -242,6 +242,7 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     """Functionalize one call of ``op`` (under ``ctx``, a functionalization API) with v2."""
     info = op_info(op)
     kw = normalize_args(op, args, kwargs)
+    arguments = dict(kw)
     bases = _Bases(ctx, [t for arg in info.mutable_args for t in _tensors(kw[arg.name])])
     _check_bases(info, kw, bases)
     entries: list[ViewsEntry] = []
@@ -264,7 +265,7 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     outs, new_bases = flat[: info.num_returns], flat[info.num_returns :]
     for old, new in zip(bases.tensors, new_bases, strict=True):
         write_back(ctx, old, new)
-    return ctx.wrap_tensors(unpack_outputs(info, outs))
+    return call_result(ctx, info, outs, arguments)
 
 
 def _check_bases(info: OpInfo, kw: dict, bases: _Bases) -> None:

@@ -696,7 +696,13 @@ def _emit_call(ctx: _Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]) 
     args = tuple(kwargs.pop(a.name) for a in info.op._schema.arguments if not a.kwarg_only)
     # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.
     hop_val = node.meta.get("val")
-    val = NO_VAL if hop_val is None else unpack_outputs(info, tuple(hop_val[: info.num_returns]))
+    # An op returning its arguments (Note [Ops that return their arguments]) returns what it
+    # is given: its fake kernel says so.
+    val = (
+        NO_VAL
+        if hop_val is None or info.returned_args
+        else unpack_outputs(info, tuple(hop_val[: info.num_returns]))
+    )
     call = emit(ctx, info.op, args, kwargs, val=val)
     inherit_unbacked_bindings(call, node, info.num_returns)  # Note [Unbacked outputs]
     # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's inputs
