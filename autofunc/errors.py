@@ -27,34 +27,32 @@ class MalformedViewsError(AutofuncError):
     """A v2 HOP call whose ``_views`` does not decode against its op's schema."""
 
 
-class UnsupportedOpError(AutofuncError, TypeError):
+class _OpError(AutofuncError):
+    """An error about one op and, where one is at fault, one of its arguments."""
+
+    _lead = "autofunc cannot functionalize "
+
+    def __init__(self, op: str, reason: str, *, arg: str | None = None, hint: str = ""):
+        self.op = op
+        self.arg = arg
+        self.reason = reason
+        where = f"argument '{arg}' of " if arg is not None else ""
+        msg = f"{self._lead}{where}op {op}: {reason}"
+        if hint:
+            msg += f". {hint}"
+        super().__init__(msg)
+
+
+class UnsupportedOpError(_OpError, TypeError):
     """An op's schema is outside what autofunc can functionalize soundly.
 
     Raised by :func:`autofunc.register` at registration time, before any program is traced.
     """
 
-    def __init__(self, op: str, reason: str, *, arg: str | None = None, hint: str = ""):
-        self.op = op
-        self.arg = arg
-        self.reason = reason
-        where = f"argument '{arg}' of " if arg is not None else ""
-        msg = f"autofunc cannot functionalize {where}op {op}: {reason}"
-        if hint:
-            msg += f". {hint}"
-        super().__init__(msg)
 
-
-class UnsupportedCallError(AutofuncError):
+class UnsupportedCallError(_OpError):
     """One call of a registered op that autofunc cannot functionalize soundly where it is
     traced (the op itself is supported). Raised while tracing, naming the op and the argument.
     """
 
-    def __init__(self, op: str, reason: str, *, arg: str | None = None, hint: str = ""):
-        self.op = op
-        self.arg = arg
-        self.reason = reason
-        where = f"argument '{arg}' of " if arg is not None else ""
-        msg = f"autofunc cannot functionalize this call: {where}op {op}: {reason}"
-        if hint:
-            msg += f". {hint}"
-        super().__init__(msg)
+    _lead = "autofunc cannot functionalize this call: "
