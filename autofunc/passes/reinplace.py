@@ -81,7 +81,9 @@ def reinplace(
     (``copy_(input, new)``), which then becomes a self-copy and is removed, and that value is
     not also an output (the returned tensor would be the input itself, which eager never
     returns for a fresh tensor; in a training graph AOTAutograd may also donate saved outputs
-    to the backward, which would then overwrite the input). Anything unproven keeps its clone, and
+    to the backward, which would then overwrite the input), nor is a view of this call's value
+    an output when a later value is copied back (Note [A returned value the copy-back
+    overwrites]). Anything unproven keeps its clone, and
     the report says why. ``RULES`` holds these rules as (name, check) pairs, asked in order.
 
     Args:
@@ -312,7 +314,44 @@ def _graph_input(q: _Query) -> Verdict:
         # the output would be the input itself (pytorch#195451); in a training graph
         # AOTAutograd may also donate it to the backward.
         return (Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT), root.name
+    returned = _overwritten_output(ctx, q.node, q.buf, copy)
+    if returned is not None:
+        return Reason.RETURNED_VERSION, f"{root.name}, by {returned.name}"
     return None
+
+
+def _overwritten_output(ctx: _Pass, node: fx.Node, buf: _Buffer, copy: fx.Node) -> fx.Node | None:
+    """A graph output that views the value this call writes into a graph input, when the
+    graph copies a later value into that input, or ``None``.
+
+    Note [A returned value the copy-back overwrites]
+    Written in place, the call's value lives in the input's memory: the HOP's output and, for a
+    view of the input, the scatters that put it back (folded into the input). When a later call
+    makes the value the graph copies back at its end (``copy.args[1]`` is none of those), an
+    output viewing this call's value (``t = x[1].clone()`` after the call, the clone dropped by
+    Inductor as a no-op) would read the copied-back value instead (fuzz seed 20261227 #49,
+    v1 and v2; PyTorch's built-in gives the same wrong result). The later call decides for
+    itself, so this one keeps its clone.
+    """
+    own = next((u for u in node.users if u.args[1] == buf.out_index), None)
+    if own is None:
+        return None
+    values, todo = {own}, [own]
+    while todo:  # the value, its dtype views, and the scatters that write it back
+        src = todo.pop()
+        for user in src.users:
+            if user not in values and (
+                user.target in _SAME_BYTES
+                or (user.target in SCATTER_VIEWS and len(user.args) > 1 and user.args[1] is src)
+            ):
+                values.add(user)
+                todo.append(user)
+    if copy.args[1] in values:
+        return None
+    analysis = ctx.analysis
+    return next(
+        (o for o in ctx.outputs for v in values if analysis.same_memory(o, v)), None
+    )
 
 
 def _lazy_read(q: _Query) -> Verdict:
@@ -391,6 +430,8 @@ def _view_of_input(ctx: _Pass, node: fx.Node, buf: _Buffer, root: fx.Node) -> Re
         return Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT
     if ctx.training and any(ctx.analysis.same_memory(o, root) for o in ctx.outputs):
         return Reason.SAVED_OUTPUT
+    if _overwritten_output(ctx, node, buf, copy) is not None:
+        return Reason.RETURNED_VERSION
     return None
 
 

@@ -25,6 +25,10 @@ class Reason(enum.Enum):
     RETURNED_INPUT = (
         "a graph input whose new value the graph also returns (the output would alias the input)"
     )
+    RETURNED_VERSION = (
+        "a graph input: the graph returns a view of the value written here, and copying a later "
+        "value back into the input would overwrite it"
+    )
     LAZY_READ = "a value read from it earlier is used after the call (Inductor may compute it late)"
     VIEW_OF_INPUT = "a view of a graph input (its mutation is scattered back, not copied)"
     CONSTANT = "a constant of the module"

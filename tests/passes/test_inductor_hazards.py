@@ -263,6 +263,52 @@ def test_returned_view_is_copied_before_a_later_scatter(fuzz_strategy):
         check_inductor(returned_view_then_scatter, torch.randn(3, dtype=torch.float64))
 
 
+# -- a returned view of a value the copy-back of a later value overwrites (seed 20261227 #49) --
+
+
+def returned_view_then_later_value(a, b):
+    v0 = a[2:4]
+    fuzz.m1(v0, b)
+    v3, v4 = v0.split([1, 1], 0)
+    t6 = v4.clone()  # Inductor drops this clone: the output views m1's value of `a`
+    fuzz.m3([v4, v3], t6)
+    return (t6,)
+
+
+def _seed_20261227_49():
+    torch.manual_seed(1888256134)
+    return torch.randn(4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_returned_view_of_a_value_copied_over_later(fuzz_strategy):
+    # m1 wrote `a` in place, m3 wrote clones whose value the graph copies into `a` at its end,
+    # and the output (a view of m1's value) read that copy: 0.2547 where eager gives 0.5095
+    # (v1, v2 and the built-in alike). Note [A returned value the copy-back overwrites].
+    with autofunc.override(fuzz_strategy, fuzz.OPS):
+        check_inductor(returned_view_then_later_value, *_seed_20261227_49())
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_returned_view_of_a_value_copied_over_later_keeps_the_clone(fuzz_strategy):
+    """The pass alone, on the graph Inductor hands it (the clone dropped): the first call keeps
+    its clone and says why."""
+    from autofunc.testing import compile_capture
+
+    def drop_clones(gm):  # what remove_noop_ops does to this graph: clone(x) -> x
+        for n in list(gm.graph.find_nodes(op="call_function", target=torch.ops.aten.clone.default)):
+            n.replace_all_uses_with(n.args[0])
+            gm.graph.erase_node(n)
+
+    with autofunc.override(fuzz_strategy, fuzz.OPS):
+        compiled, captured = compile_capture(returned_view_then_later_value, before_pass=drop_clones)
+        (got,) = compiled(*_seed_20261227_49())
+    (expected,) = returned_view_then_later_value(*_seed_20261227_49())
+    torch.testing.assert_close(got, expected)
+    first_call = captured.report.calls[0]
+    assert [d.reason for d in first_call.decisions] == [autofunc.Reason.RETURNED_VERSION]
+
+
 # -- views of a gappy computed buffer (fuzz seed 20261129 #45) --------------------------------
 
 
