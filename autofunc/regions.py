@@ -9,6 +9,7 @@ two mutable arguments alias?) and by the alias analysis of the re-inplace pass. 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import torch
@@ -47,6 +48,9 @@ class Region:
     hi: Any
     root: tuple | None = None
     box: tuple | None = None
+    # (size, stride, offset, itemsize), all ints, when the region has at most _EXACT_ELEMENTS
+    # elements: then its exact bytes can be listed (Note [Exact small regions]).
+    elems: tuple | None = None
 
     @classmethod
     def everything(cls) -> "Region":
@@ -83,7 +87,35 @@ def overlaps(a: Region, b: Region) -> bool:
         return False
     if a.box is not None and b.box is not None and _same_root(a.root, b.root):
         return not any(_progressions_disjoint(x, y) for x, y in zip(a.box, b.box))
+    if a.elems is not None and b.elems is not None:
+        return not _byte_set(*a.elems).isdisjoint(_byte_set(*b.elems))
     return True
+
+
+# Note [Exact small regions]
+# A view that no select/slice chain of its root describes (``x.unfold(1, 2, 4)``, a transposed
+# or diagonal view) is known only by the byte interval it spans, so any other view inside that
+# interval counts as overlapping it: ``op(x.unfold(1, 2, 4), x[1, 2:4])`` cloned ``x`` for a
+# read of columns the op never writes. When both views have static sizes and few elements,
+# their exact bytes are listed and compared instead (sound: it is the definition of overlap).
+_EXACT_ELEMENTS = 4096
+
+
+@functools.lru_cache(maxsize=1024)
+def _byte_set(size: tuple, stride: tuple, offset: int, itemsize: int) -> frozenset:
+    starts = [offset]
+    for n, st in zip(size, stride):
+        starts = [x + i * st for x in starts for i in range(n)]
+    return frozenset(x * itemsize + k for x in starts for k in range(itemsize))
+
+
+def _exact_elements(size: tuple, stride: tuple, off: Any, itemsize: int) -> tuple | None:
+    if not all(isinstance(x, int) for x in (*size, *stride, off)):
+        return None
+    numel = 1
+    for n in size:
+        numel *= n
+    return (tuple(size), tuple(stride), off, itemsize) if numel <= _EXACT_ELEMENTS else None
 
 
 def region_of(val: torch.Tensor, root_val: torch.Tensor) -> Region:
@@ -124,15 +156,16 @@ def _region(
     if any(_known(s == 0) for s in size):
         return Region(lo, lo)
     hi = lo + itemsize * span_extent(size, stride)
+    elems = _exact_elements(size, stride, off, itemsize)
     if not root_dense:
-        return Region(lo, hi)
+        return Region(lo, hi, elems=elems)
     chain = None
     for in_root in _in_root_elements(size, stride, off, itemsize, root_itemsize):
         chain = views.infer_view(*root, *in_root)
         if not chain.uses_as_strided:
             break
     if chain is None or chain.uses_as_strided:
-        return Region(lo, hi)
+        return Region(lo, hi, elems=elems)
     box = [(0, n, 1) for n in root[0]]
     dims = list(range(len(box)))  # current dim -> root dim
     for step in chain.steps:
@@ -143,7 +176,7 @@ def _region(
             dims.pop(step.dim)
         else:
             box[d] = (start + step.start * stp, start + step.stop * stp, stp * step.step)
-    return Region(lo, hi, root=(*root[:3], root_itemsize), box=tuple(box))
+    return Region(lo, hi, root=(*root[:3], root_itemsize), box=tuple(box), elems=elems)
 
 
 def _in_root_elements(size, stride, off, itemsize: int, root_itemsize: int) -> list[tuple]:

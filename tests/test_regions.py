@@ -94,3 +94,32 @@ def test_symbolic_geometry_is_decided_without_guards_or_counted_as_overlapping()
     assert overlaps(row(0), row(n - 1))
     assert not overlaps(col(0), col(1))
     assert len(env.guards) == guards  # nothing was specialized
+
+
+# -- Note [Exact small regions] -------------------------------------------------------------------
+
+
+def test_views_no_slice_describes_compare_by_their_exact_elements():
+    x = torch.zeros(4, 6)
+    windows = x.unfold(1, 2, 4)  # columns 0-1 and 4-5 of each row: no select/slice chain
+    assert region_of(windows, x).box is None
+    assert not tensors_may_overlap(windows, x[1, 2:4], x)  # columns 2-3: untouched
+    assert tensors_may_overlap(windows, x[1, 3:5], x)  # column 4 is in a window
+    assert tensors_may_overlap(windows, x.t()[5], x)  # column 5
+    assert not tensors_may_overlap(windows, x.t()[2], x)
+    # Bytes, not elements: an int32 view of the same bytes meets the windows where they are.
+    as_int = x.view(torch.int32)
+    assert tensors_may_overlap(windows, as_int[2, 4:5], x)
+    assert not tensors_may_overlap(windows, as_int[2, 2:4], x)
+
+
+def test_large_or_symbolic_regions_stay_conservative():
+    big = torch.zeros(2, 8192)
+    evens, odds = big.unfold(1, 1, 2), big[:, 1::2].unsqueeze(-1)
+    # 8192 elements each: above the listing bound, so only the spans are compared.
+    assert region_of(evens, big).elems is None
+    assert tensors_may_overlap(evens, odds, big)
+    small = torch.zeros(2, 16)
+    assert not tensors_may_overlap(
+        small.unfold(1, 1, 2), small[:, 1::2].unsqueeze(-1), small
+    )

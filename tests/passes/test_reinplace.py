@@ -59,6 +59,15 @@ EXPECTED = {
     "two_overlapping": ([Reason.INPLACE], [Reason.INPLACE]),
     "disjoint_read_by_call": ([Reason.INPLACE], [Reason.INPLACE]),
     "dst_src_clone": ([Reason.INPLACE], [Reason.INPLACE]),
+    # lists that are None or hold None: one decision per tensor given
+    "optional_list_arg": ([Reason.INPLACE] * 2, [Reason.INPLACE] * 2),
+    "list_of_optional_arg": ([Reason.INPLACE] * 3, [Reason.INPLACE] * 3),
+    # v1 hands unfold views to v2 (Note [Writing back unfold views]); the read of x[1, 2:4]
+    # misses the windows (Note [Exact small regions]), so x is written in place
+    "unfold_gaps": ([Reason.INPLACE] * 2, [Reason.INPLACE] * 2),
+    # ops returning their arguments (Note [Ops that return their arguments])
+    "returns_its_argument": ([Reason.INPLACE], [Reason.INPLACE]),
+    "returns_its_out": ([Reason.INPLACE] * 2, [Reason.INPLACE] * 2),
 }
 
 
