@@ -49,9 +49,10 @@ class Features:
     # the strategy.
     aliased_inputs: bool = False
     # ``unfold`` whose windows leave gaps: functionalization's view inverse (unfold_backward)
-    # zeroes the elements no window covers, so a mutation through it zeroes them (native
-    # ``mul_`` too; v1 writes its clone back through the view).
-    gappy_unfold: bool = False
+    # zeroes the elements no window covers, so a native in-place op through it zeroes them;
+    # autofunc's v1 hands such calls to v2 (Note [Writing back unfold views]), and native ops
+    # never mutate unfold views here unless ``mutate_unfold_views``.
+    gappy_unfold: bool = True
     # Graph inputs with a non-zero storage offset (``torch.randn(5, 4)[1:]``). On: they are the
     # commonest trigger of v2 view-regeneration failures; turn off to look past those.
     offset_inputs: bool = True
@@ -62,7 +63,7 @@ class Features:
     # Registered ops mutating ``unfold`` views (native in-place ops still do not, unless
     # ``mutate_unfold_views``): autofunc functionalizes such a v1 call with v2 (Note [Writing
     # back unfold views]); PyTorch's built-in v1 gives wrong values.
-    unfold_call_args: bool = False
+    unfold_call_args: bool = True
 
 
 class _State:
