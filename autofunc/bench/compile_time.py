@@ -111,6 +111,7 @@ class _Timers:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.gc_seconds: dict[str, float] = defaultdict(float)
+        self.gc_collected: dict[str, int] = defaultdict(int)  # objects collections freed
         self.hops: dict[str, int] = defaultdict(int)
         self.nodes: dict[str, int] = defaultdict(int)
         self._active: str | None = None
@@ -133,6 +134,7 @@ class _Timers:
             self.full_gcs.append(took)
         if self._active is not None:
             self.gc_seconds[self._active] += took
+            self.gc_collected[self._active] += info.get("collected", 0)
 
     def wrap(
         self,
@@ -165,6 +167,7 @@ class _Timers:
             self.hops[key] += hops
             self.nodes[key] += nodes
             before = heap() if objects else 0
+            freed = self.gc_collected[key]
             self._active = key
             t0 = time.perf_counter()
             try:
@@ -174,8 +177,11 @@ class _Timers:
                 self._active = None
                 depth -= 1
                 if objects:
+                    # Garbage a collection freed during the call (others' too) is added back:
+                    # the count is what the call itself left, not what the collector cleared.
+                    freed = self.gc_collected[key] - freed
                     start, left = self.objects.get(key, (before, 0))
-                    self.objects[key] = (start, left + heap() - before)
+                    self.objects[key] = (start, left + heap() - before + freed)
 
         setattr(module, name, timed)
 
