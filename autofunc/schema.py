@@ -164,6 +164,13 @@ def _check(op: OpOverload) -> OpInfo:
     )
 
 
+# The tags under which an op returns the tensors it mutates (Note [Ops that return their
+# arguments]); a torch older than the tag (``inplace`` came in 2026) has fewer.
+RETURNING_TAGS = tuple(
+    tag for tag in (getattr(torch.Tag, name, None) for name in ("inplace", "out")) if tag
+)
+
+
 def _returned_args(
     op: OpOverload, returns: list, mutable: list[MutableArg], write_sets: dict[tuple, str]
 ) -> tuple[str, ...]:
@@ -180,7 +187,7 @@ def _returned_args(
     arguments, and mixes of fresh and aliased outputs stay refused.
     """
     tags = getattr(op, "tags", ())
-    if not returns or not (torch.Tag.inplace in tags or torch.Tag.out in tags):
+    if not returns or not any(tag in tags for tag in RETURNING_TAGS):
         return ()
     by_name = {a.name: a for a in mutable}
     out = []

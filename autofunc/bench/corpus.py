@@ -112,17 +112,21 @@ def _add_each(xs, y):
 _lib.impl("bump", _bump, "CompositeExplicitAutograd")
 _lib.impl("bump.by", _bump, "CompositeExplicitAutograd")
 # Ops that return the tensor they mutate, tagged as aten's in-place and out= ops are (Note [Ops
-# that return their arguments] in autofunc/schema.py).
-_lib.define("scale_(Tensor(a!) x, float alpha) -> Tensor(a!)", tags=torch.Tag.inplace)
-_lib.define(
-    "scale.out(Tensor x, float alpha, *, Tensor(a!) out) -> Tensor(a!)", tags=torch.Tag.out
-)
-_lib.impl("scale_", lambda x, alpha: x.mul_(alpha), "CompositeExplicitAutograd")
-_lib.impl(
-    "scale.out", lambda x, alpha, *, out: torch.mul(x, alpha, out=out), "CompositeExplicitAutograd"
-)
-scale_ = torch.ops.autofunc_corpus.scale_
-scale_out = torch.ops.autofunc_corpus.scale.out
+# that return their arguments] in autofunc/schema.py); defined where this torch has both tags.
+_TAGGED = hasattr(torch.Tag, "inplace") and hasattr(torch.Tag, "out")
+if _TAGGED:
+    _lib.define("scale_(Tensor(a!) x, float alpha) -> Tensor(a!)", tags=torch.Tag.inplace)
+    _lib.define(
+        "scale.out(Tensor x, float alpha, *, Tensor(a!) out) -> Tensor(a!)", tags=torch.Tag.out
+    )
+    _lib.impl("scale_", lambda x, alpha: x.mul_(alpha), "CompositeExplicitAutograd")
+    _lib.impl(
+        "scale.out",
+        lambda x, alpha, *, out: torch.mul(x, alpha, out=out),
+        "CompositeExplicitAutograd",
+    )
+    scale_ = torch.ops.autofunc_corpus.scale_
+    scale_out = torch.ops.autofunc_corpus.scale.out
 # Lists of mutable tensors that may be None, or hold None (custom_op infers neither type).
 _lib.define("add_opt_list(Tensor(a!)[]? xs, Tensor y) -> ()")
 _lib.define("add_list_opt(Tensor(a!)?[] xs, Tensor y) -> ()")
@@ -136,8 +140,9 @@ _lib.impl("scale_into", _scale_into, "CompositeExplicitAutograd")
 scale_into = torch.ops.autofunc_corpus.scale_into
 for _name in ("bump", "bump.by", "scale_into", "add_opt_list", "add_list_opt"):
     torch.library.register_fake(f"{_NS}::{_name}", lambda *a, **k: None, lib=_lib)
-torch.library.register_fake(f"{_NS}::scale_", lambda x, alpha: x, lib=_lib)
-torch.library.register_fake(f"{_NS}::scale.out", lambda x, alpha, *, out: out, lib=_lib)
+if _TAGGED:
+    torch.library.register_fake(f"{_NS}::scale_", lambda x, alpha: x, lib=_lib)
+    torch.library.register_fake(f"{_NS}::scale.out", lambda x, alpha, *, out: out, lib=_lib)
 
 OPS = (
     add_,
@@ -152,7 +157,8 @@ OPS = (
 )
 OP_NAMES = tuple(op._qualname for op in OPS) + tuple(
     f"{_NS}::{name}"
-    for name in ("bump", "scale_into", "add_opt_list", "add_list_opt", "scale_", "scale.out")
+    for name in ("bump", "scale_into", "add_opt_list", "add_list_opt")
+    + (("scale_", "scale.out") if _TAGGED else ())
 )
 
 
@@ -301,26 +307,27 @@ def unfold_gaps(x):
     return buf
 
 
-@program(
-    lambda: (torch.randn(3, 4),),
-    "an inplace-tagged op returns the row it scales; the result is read and the input returned "
-    "(the built-in gives wrong values under Inductor)",
-)
-def returns_its_argument(x):
-    row = scale_(x[1], 3.0)
-    return row + 1, x
+if _TAGGED:
 
+    @program(
+        lambda: (torch.randn(3, 4),),
+        "an inplace-tagged op returns the row it scales; the result is read and the input "
+        "returned (the built-in gives wrong values under Inductor)",
+    )
+    def returns_its_argument(x):
+        row = scale_(x[1], 3.0)
+        return row + 1, x
 
-@program(
-    lambda: (torch.randn(3, 4), torch.randn(2, 4)),
-    "an out-tagged op writes a fresh buffer and a row of an input, returning each (the built-in "
-    "gives wrong values under Inductor)",
-)
-def returns_its_out(x, o):
-    buf = torch.empty(4)
-    r = scale_out(x[0], 2.0, out=buf)
-    s = scale_out(x[2], -1.0, out=o[1])
-    return r * 2, buf, s.sum()
+    @program(
+        lambda: (torch.randn(3, 4), torch.randn(2, 4)),
+        "an out-tagged op writes a fresh buffer and a row of an input, returning each (the "
+        "built-in gives wrong values under Inductor)",
+    )
+    def returns_its_out(x, o):
+        buf = torch.empty(4)
+        r = scale_out(x[0], 2.0, out=buf)
+        s = scale_out(x[2], -1.0, out=o[1])
+        return r * 2, buf, s.sum()
 
 
 @program(lambda: (torch.randn(3, 4),), "kwarg-only mutable argument")

@@ -71,11 +71,14 @@ def test_lists_holding_none_and_none_lists():
     # format gives that element -1 alone.
     base = torch.randn(3, 3)
     base0 = base.clone()
-    entries = [[ArgView(0, ViewChain((Select(0, 0),))), None, ArgView(0, ViewChain((Select(0, 2),)))]]
+    row0, row2 = (ArgView(0, ViewChain((Select(0, i),))) for i in (0, 2))
+    entries = [[row0, None, row2]]
     views_ = encode_views(entries)
     info = autofunc.schema.op_info(torch.ops.autofunc_corpus.add_list_opt.default)
     assert decode_views(info, views_) == {"xs": entries[0]}
-    (new_base,) = v2("autofunc_corpus::add_list_opt.default", _bases=[base], _views=views_, y=y[0])
+    (new_base,) = v2(
+        "autofunc_corpus::add_list_opt.default", _bases=[base], _views=views_, y=y[0]
+    )
     expected = base0.clone()
     expected[0] += y[0]
     expected[2] += 3 * y[0]

@@ -296,12 +296,15 @@ def test_returned_view_of_a_value_copied_over_later_keeps_the_clone(fuzz_strateg
     from autofunc.testing import compile_capture
 
     def drop_clones(gm):  # what remove_noop_ops does to this graph: clone(x) -> x
-        for n in list(gm.graph.find_nodes(op="call_function", target=torch.ops.aten.clone.default)):
+        clones = gm.graph.find_nodes(op="call_function", target=torch.ops.aten.clone.default)
+        for n in list(clones):
             n.replace_all_uses_with(n.args[0])
             gm.graph.erase_node(n)
 
     with autofunc.override(fuzz_strategy, fuzz.OPS):
-        compiled, captured = compile_capture(returned_view_then_later_value, before_pass=drop_clones)
+        compiled, captured = compile_capture(
+            returned_view_then_later_value, before_pass=drop_clones
+        )
         (got,) = compiled(*_seed_20261227_49())
     (expected,) = returned_view_then_later_value(*_seed_20261227_49())
     torch.testing.assert_close(got, expected)
