@@ -24,7 +24,12 @@ EXPORT_PROGRAMS = [
     "kwarg_only",
     "returns_and_mutates",
     "kv_layers",
+    "list_of_optional_arg",
+    "unfold_gaps",
+    "returns_its_argument",
+    "returns_its_out",
 ]
+EXPORT_PROGRAMS = [p for p in EXPORT_PROGRAMS if p in corpus.PROGRAMS]  # torch-dependent
 # torch.export's own pytree code warns about LeafSpec; not ours.
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 
@@ -65,8 +70,10 @@ def _assert_runs_like_eager(module, name: str) -> None:
 def test_exported_graph_uses_autofunc_hops(name, strategy):
     ep = _export(name).run_decompositions()
     hops = _hops(ep.graph_module)
-    # autofunc's HOP only: neither auto_functionalized nor auto_functionalized_v2.
-    assert hops and set(hops) == {f"autofunc_{strategy}"}
+    # autofunc's HOP only: neither auto_functionalized nor auto_functionalized_v2. (v1 hands
+    # calls on unfold views to v2: Note [Writing back unfold views].)
+    expected = {"autofunc_v2"} if name == "unfold_gaps" else {f"autofunc_{strategy}"}
+    assert hops and set(hops) == expected
     _assert_runs_like_eager(ep.module(), name)
 
 
