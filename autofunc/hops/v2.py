@@ -137,7 +137,7 @@ def decode_views(info: OpInfo, wire: Sequence) -> dict[str, ViewsEntry]:
             arg_views.append(ArgView(base_index, chain))
         if arg.kind.is_list:
             out[arg.name] = arg_views
-        elif len(arg_views) == 1 and arg_views[0] is not None:
+        elif len(arg_views) == 1:
             out[arg.name] = arg_views[0]
         else:
             raise MalformedViewsError(
