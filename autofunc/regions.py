@@ -88,7 +88,7 @@ def overlaps(a: Region, b: Region) -> bool:
     if a.box is not None and b.box is not None and _same_root(a.root, b.root):
         return not any(_progressions_disjoint(x, y) for x, y in zip(a.box, b.box))
     if a.elems is not None and b.elems is not None:
-        return not _byte_set(*a.elems).isdisjoint(_byte_set(*b.elems))
+        return _elements_meet(a.elems, b.elems)
     return True
 
 
@@ -101,12 +101,25 @@ def overlaps(a: Region, b: Region) -> bool:
 _EXACT_ELEMENTS = 4096
 
 
-@functools.lru_cache(maxsize=1024)
-def _byte_set(size: tuple, stride: tuple, offset: int, itemsize: int) -> frozenset:
+def _elements_meet(a: tuple, b: tuple) -> bool:
+    """Whether two exact regions (``Region.elems``) share a byte."""
+    if a[3] == b[3]:  # one element size: elements start on its multiples, so meet or miss whole
+        return not _starts(*a[:3]).isdisjoint(_starts(*b[:3]))
+    return not _bytes(a).isdisjoint(_bytes(b))
+
+
+@functools.lru_cache(maxsize=64)  # at most 64 x 4096 offsets held
+def _starts(size: tuple, stride: tuple, offset: int) -> frozenset:
+    """The storage offsets, in elements, of a static view's elements."""
     starts = [offset]
     for n, st in zip(size, stride):
         starts = [x + i * st for x in starts for i in range(n)]
-    return frozenset(x * itemsize + k for x in starts for k in range(itemsize))
+    return frozenset(starts)
+
+
+def _bytes(elems: tuple) -> set:
+    size, stride, offset, itemsize = elems
+    return {x * itemsize + k for x in _starts(size, stride, offset) for k in range(itemsize)}
 
 
 def _exact_elements(size: tuple, stride: tuple, off: Any, itemsize: int) -> tuple | None:

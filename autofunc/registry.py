@@ -339,18 +339,10 @@ def _functional_rule(mode: FunctionalTensorMode, func: OpOverload, types, args, 
 
 def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | None) -> Any:
     strategy = _strategy.get(qualname(func), "v2")
-    if strategy == "v1" and _mutable_args_overlap(ctx, func, args, kwargs):
-        # Note [v1 and aliased args]
-        # v1 clones each mutable argument separately. When two of them may share memory (the
-        # same tensor twice, or overlapping views of one base) separate clones would break the
-        # aliasing the op sees in eager, so that call is functionalized with v2, which clones
-        # their common base once.
-        log.debug("%s: mutable arguments may overlap; this call uses v2", func)
-        strategy = "v2"
     if strategy == "v1":
-        arg = inexact_slot(op_info(func), normalize_args(func, args, kwargs or {}))
-        if arg is not None:  # Note [Writing back unfold views] in hops/common.py
-            log.debug("%s: argument %s is an unfold view; this call uses v2", func, arg)
+        why = _v1_needs_v2(ctx, func, args, kwargs or {})
+        if why is not None:
+            log.debug("%s: %s; this call uses v2", func, why)
             strategy = "v2"
     _install_pass()  # Note [Backend hooks]: this thread may lack the Inductor pass
     if strategy == "v1":
@@ -358,11 +350,22 @@ def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | 
     return functionalize_v2(ctx, func, args, kwargs or {})
 
 
-def _mutable_args_overlap(ctx: Any, func: OpOverload, args: tuple, kwargs: dict) -> bool:
-    tensors = [
-        t for _, _, t in mutable_slots(op_info(func), normalize_args(func, args, kwargs or {}))
-    ]
-    return any(may_overlap(ctx, a, b) for a, b in itertools.combinations(tensors, 2))
+def _v1_needs_v2(ctx: Any, func: OpOverload, args: tuple, kwargs: dict) -> str | None:
+    """Why a call of a v1-registered op must be functionalized with v2, or ``None``."""
+    info = op_info(func)
+    kw = normalize_args(func, args, kwargs)
+    tensors = [t for _, _, t in mutable_slots(info, kw)]
+    if any(may_overlap(ctx, a, b) for a, b in itertools.combinations(tensors, 2)):
+        # Note [v1 and aliased args]
+        # v1 clones each mutable argument separately. When two of them may share memory (the
+        # same tensor twice, or overlapping views of one base) separate clones would break the
+        # aliasing the op sees in eager, so that call is functionalized with v2, which clones
+        # their common base once.
+        return "mutable arguments may overlap"
+    arg = inexact_slot(info, kw)
+    if arg is not None:  # Note [Writing back unfold views] in hops/common.py
+        return f"argument {arg} is an unfold view"
+    return None
 
 
 def _overloads(op: Any) -> Iterable[OpOverload]:

@@ -314,15 +314,20 @@ def _graph_input(q: _Query) -> Verdict:
         # the output would be the input itself (pytorch#195451); in a training graph
         # AOTAutograd may also donate it to the backward.
         return (Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT), root.name
-    returned = _overwritten_output(ctx, q.node, q.buf, copy)
+    returned = _overwritten_output(ctx, _output_of(q.node, q.buf), copy)
     if returned is not None:
         return Reason.RETURNED_VERSION, f"{root.name}, by {returned.name}"
     return None
 
 
-def _overwritten_output(ctx: _Pass, node: fx.Node, buf: _Buffer, copy: fx.Node) -> fx.Node | None:
-    """A graph output that views the value this call writes into a graph input, when the
-    graph copies a later value into that input, or ``None``.
+def _output_of(node: fx.Node, buf: _Buffer) -> fx.Node | None:
+    """The ``getitem`` of HOP ``node`` that holds ``buf``'s new value (``None``: unused)."""
+    return next((u for u in node.users if u.args[1] == buf.out_index), None)
+
+
+def _overwritten_output(ctx: _Pass, own: fx.Node | None, copy: fx.Node) -> fx.Node | None:
+    """A graph output that views ``own`` (the value a call writes into a graph input), when
+    the graph copies a later value into that input, or ``None``.
 
     Note [A returned value the copy-back overwrites]
     Written in place, the call's value lives in the input's memory: the HOP's output and, for a
@@ -333,7 +338,6 @@ def _overwritten_output(ctx: _Pass, node: fx.Node, buf: _Buffer, copy: fx.Node) 
     v1 and v2; PyTorch's built-in gives the same wrong result). The later call decides for
     itself, so this one keeps its clone.
     """
-    own = next((u for u in node.users if u.args[1] == buf.out_index), None)
     if own is None:
         return None
     values, todo = {own}, [own]
@@ -349,9 +353,7 @@ def _overwritten_output(ctx: _Pass, node: fx.Node, buf: _Buffer, copy: fx.Node) 
     if copy.args[1] in values:
         return None
     analysis = ctx.analysis
-    return next(
-        (o for o in ctx.outputs for v in values if analysis.same_memory(o, v)), None
-    )
+    return next((o for o in ctx.outputs for v in values if analysis.same_memory(o, v)), None)
 
 
 def _lazy_read(q: _Query) -> Verdict:
@@ -422,7 +424,7 @@ def _view_of_input(ctx: _Pass, node: fx.Node, buf: _Buffer, root: fx.Node) -> Re
     copy = ctx.epilogue.get(root)
     if copy is None or not _is_view_chain(buf.node, root):
         return Reason.VIEW_OF_INPUT
-    out = next((u for u in node.users if u.args[1] == buf.out_index), None)
+    out = _output_of(node, buf)
     if ctx.for_inductor and out is not None and not _all_scatters_fold(ctx.analysis, out, buf.node):
         return Reason.VIEW_OF_INPUT
     if any(ctx.analysis.same_memory(o, copy.args[1]) for o in ctx.outputs):
@@ -430,7 +432,7 @@ def _view_of_input(ctx: _Pass, node: fx.Node, buf: _Buffer, root: fx.Node) -> Re
         return Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT
     if ctx.training and any(ctx.analysis.same_memory(o, root) for o in ctx.outputs):
         return Reason.SAVED_OUTPUT
-    if _overwritten_output(ctx, node, buf, copy) is not None:
+    if _overwritten_output(ctx, out, copy) is not None:
         return Reason.RETURNED_VERSION
     return None
 
