@@ -119,7 +119,7 @@ class _Timers:
         self.gc_total = 0.0  # every collection while the timers are installed
         self.full_gcs: list[float] = []  # the duration of each full collection
         # key -> (objects the collector tracked when the wrapped function started, objects it
-        # left tracked); counted only for keys wrapped with ``objects=True``
+        # left tracked, garbage collected meanwhile added back); only for ``objects=True`` keys
         self.objects: dict[str, tuple[int, int]] = {}
         self.overhead_s = 0.0  # time spent counting objects (to subtract from the compile's)
         gc.callbacks.append(self._on_gc)
@@ -167,7 +167,7 @@ class _Timers:
             self.hops[key] += hops
             self.nodes[key] += nodes
             before = heap() if objects else 0
-            freed = self.gc_collected[key]
+            collected_before = self.gc_collected[key]
             self._active = key
             t0 = time.perf_counter()
             try:
@@ -179,7 +179,7 @@ class _Timers:
                 if objects:
                     # Garbage a collection freed during the call (others' too) is added back:
                     # the count is what the call itself left, not what the collector cleared.
-                    freed = self.gc_collected[key] - freed
+                    freed = self.gc_collected[key] - collected_before
                     start, left = self.objects.get(key, (before, 0))
                     self.objects[key] = (start, left + heap() - before + freed)
 
