@@ -1,4 +1,4 @@
-"""The pass's soundness rules one by one (``autofunc.passes.reinplace.RULES``): each rule's check
+"""The pass's soundness rules one by one (``autofunc.passes.rules.RULES``): each rule's check
 on a hand-made query, and ``_decide``'s contract (the first objection wins; none: in place).
 Whole programs that reach each rule are in test_reinplace.py and test_inductor_hazards.py."""
 
@@ -10,7 +10,8 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from autofunc import Reason
-from autofunc.passes import reinplace as R
+from autofunc.passes import rules as R
+from autofunc.passes.facts import _Buffer
 
 
 def _query(buf_node, *, enable=True, version=None, root=None):
@@ -19,7 +20,7 @@ def _query(buf_node, *, enable=True, version=None, root=None):
         root={} if root is None else root,
     )
     ctx = types.SimpleNamespace(enable=enable, analysis=analysis, for_inductor=False)
-    buf = R._Buffer(buf_node, 0, ["x"], [])
+    buf = _Buffer(buf_node, 0, ["x"], [])
     return R._Query(ctx, None, None, buf, [buf])
 
 

@@ -1,0 +1,236 @@
+"""Phase 4 of the re-inplace pass: graph repairs that only Inductor needs, run before and after
+the rewrite when the pass runs for Inductor (``for_inductor``); each names the Inductor behaviour
+it works around.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from .alias import VIEW_OPS
+from .emit import (
+    emit_clone,
+)
+from .facts import _Pass
+
+_aten = torch.ops.aten
+
+
+
+def _view_base(node: fx.Node) -> fx.Node:
+    while node.op == "call_function" and node.target in VIEW_OPS:
+        node = node.args[0]
+    return node
+
+
+def _as_strided_of_roots(graph: fx.Graph) -> None:
+    """Rewrite ``as_strided(view, size, stride, offset)`` of a view of a computed buffer into
+    ``as_strided(buffer, size, stride, offset)``.
+
+    Note [as_strided of a view under Inductor]
+    ``as_strided`` takes its storage offset absolutely, so both forms are one tensor in eager.
+    Inductor, though, computes a view of a buffer it has not realized as a buffer of the view's
+    elements only and applies the offset to that: the result reaches past it (fuzz seed
+    20261125 #242 read uninitialized memory, #121 returned a tensor outside its storage; plain
+    aten code does the same). Once the pass moves that buffer's other uses (a clone of it, a
+    write in place), nothing else makes Inductor realize it whole, so the pass asks for the
+    buffer itself. Only explicit int offsets over a chain of same-dtype views are rewritten.
+    """
+    for node in list(graph.find_nodes(op="call_function", target=_aten.as_strided.default)):
+        src = node.args[0]
+        if len(node.args) != 4 or node.kwargs or not isinstance(node.args[3], int):
+            continue
+        root = _same_dtype_view_root(src)
+        if root is src or not isinstance(root, fx.Node) or root.op == "placeholder":
+            continue
+        sval, rval = src.meta.get("val"), root.meta.get("val")
+        if not (isinstance(sval, torch.Tensor) and isinstance(rval, torch.Tensor)):
+            continue
+        if sval.dtype != rval.dtype or StorageWeakRef(sval.untyped_storage()) != StorageWeakRef(
+            rval.untyped_storage()
+        ):
+            continue
+        node.args = (root, *node.args[1:])
+
+
+@functools.cache
+def _inductor_drops_view_offsets() -> bool:
+    """Whether this torch's Inductor lowers ``as_strided(view, size, stride)`` (no offset) at
+    offset 0 of the view's buffer instead of at the view's own offset (pytorch#175325, fixed by
+    pytorch#180581 after torch 2.11). Read off the lowering's source: the fix reads the view's
+    layout offset when none is given. Where the source cannot be read, the version decides."""
+    import inspect
+
+    from torch._inductor import lowering
+
+    try:
+        return "get_layout().offset" not in inspect.getsource(lowering.as_strided)
+    except (OSError, TypeError):
+        return torch.__version__ < "2.12"
+
+
+def _explicit_as_strided_offsets(graph: fx.Graph) -> None:
+    """Give every offset-less ``as_strided`` of a view the view's root and an explicit offset:
+    ``as_strided(view, size, stride)`` -> ``as_strided(root, size, stride, k)``, where ``k`` is
+    the view's offset from the root's start (through a ``view(dtype)`` of the root where the
+    view has another dtype of the same item size).
+
+    Note [as_strided offsets on torch 2.11]
+    The pass emits relative views (Note [Storage offsets]): ``as_strided`` without an offset
+    keeps its input's. Inductor up to torch 2.11 drops that offset when the input is a view
+    (pytorch#175325): the op then writes and reads at the start of the view's buffer, a silent
+    wrong result (on torch 2.11: fuzz seed 1234 #203, seed 0 #0, and the corpus program
+    ``kv_fp8_whole_layer`` on CUDA, whose second layer was written over the first). That
+    Inductor takes an explicit offset from the start of the memory it holds: a buffer it
+    computes starts at offset 0, and a graph input at its own data pointer (later torch rebases
+    explicit offsets on inputs, pytorch#184232, and has no such bug, so this runs only where
+    the bug is). Only static offsets are rewritten.
+    """
+    for node in list(graph.find_nodes(op="call_function", target=_aten.as_strided.default)):
+        if len(node.args) != 3 or node.kwargs:
+            continue
+        src = node.args[0]
+        root = src
+        while (
+            isinstance(root, fx.Node)
+            and root.op == "call_function"
+            and root.target in VIEW_OPS
+            and isinstance(root.args[0], fx.Node)
+        ):
+            root = root.args[0]
+        if root is src or not isinstance(root, fx.Node):
+            continue
+        sval, rval = src.meta.get("val"), root.meta.get("val")
+        if not (isinstance(sval, torch.Tensor) and isinstance(rval, torch.Tensor)):
+            continue
+        offset = sval.storage_offset() - rval.storage_offset()
+        if not isinstance(offset, int) or sval.dtype.itemsize != rval.dtype.itemsize:
+            continue
+        base = root
+        if rval.dtype != sval.dtype:
+            with graph.inserting_before(node):
+                base = graph.call_function(_aten.view.dtype, (root, sval.dtype))
+            base.meta["val"] = rval.view(sval.dtype)
+        node.args = (base, *node.args[1:], offset)
+
+
+def _same_dtype_view_root(node: Any) -> Any:
+    """The node a chain of same-dtype views starts from (``node`` itself if it is no view)."""
+    while (
+        isinstance(node, fx.Node)
+        and node.op == "call_function"
+        and node.target in VIEW_OPS
+        and node.target is not _aten.view.dtype
+        and isinstance(node.args[0], fx.Node)
+    ):
+        node = node.args[0]
+    return node
+
+
+def _keep_old_copy_sources(graph: fx.Graph) -> None:
+    """Note [Copies of inputs that the graph mutates]: ``dst[:] = src[:, :]; op(src)`` must
+    give ``dst`` the old ``src``. Inductor's ``remove_noop_ops`` (before this pass) replaces the
+    functional copy of ``src`` by ``src`` itself, leaving the epilogue ``copy_(dst, src)`` after
+    ``copy_(src, new)``: it now reads the new value (pytorch#198131, which also hits a plain
+    ``src.add_(1)``). In a functional graph a graph input always denotes its value on entry, so
+    such a source is copied where it is defined, before anything writes it; the copy is a lazy
+    read Inductor realizes when the input is mutated, and the analysis sees it as a read of the
+    old value (the op then writes ``src`` only if that is still sound)."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    first_write: dict[fx.Node, int] = {}
+    copies = list(graph.find_nodes(op="call_function", target=_aten.copy_.default))
+    for n in copies:
+        dst = n.args[0]
+        if isinstance(dst, fx.Node) and dst.op == "placeholder":
+            first_write.setdefault(dst, order[n])
+    for n in copies:
+        src = n.args[1]
+        if not isinstance(src, fx.Node) or not isinstance(n.args[0], fx.Node):
+            continue
+        base = _view_base(src)
+        if base is _view_base(n.args[0]) or first_write.get(base, order[n]) >= order[n]:
+            continue
+        inputs = graph.find_nodes(op="placeholder")
+        anchor = src if not inputs or order[src] > order[inputs[-1]] else inputs[-1]
+        with graph.inserting_after(anchor):
+            old = graph.call_function(_aten.clone.default, (src,))
+        old.meta["val"] = src.meta["val"].clone()
+        n.replace_input_with(src, old)
+
+
+# Functional ops that Inductor's own re-inplacing (which runs after this pass) may turn into a
+# write of their first argument: the result then *is* that argument's buffer.
+_INDUCTOR_INPLACEABLE = frozenset(
+    {
+        _aten.select_scatter.default,
+        _aten.slice_scatter.default,
+        _aten.diagonal_scatter.default,
+        _aten.as_strided_scatter.default,
+        _aten.index_put.default,
+        _aten._unsafe_index_put.default,
+    }
+)
+
+
+def _written_input(node: fx.Node) -> fx.Node | None:
+    """The graph input whose buffer ``node``'s value may end up in after Inductor re-inplaces
+    the scatters it is built from (through views), or ``None``."""
+    scattered = False
+    while node.op == "call_function" and (
+        node.target in VIEW_OPS or node.target in _INDUCTOR_INPLACEABLE
+    ):
+        scattered = scattered or node.target in _INDUCTOR_INPLACEABLE
+        node = node.args[0]
+    return node if scattered and node.op == "placeholder" else None
+
+
+def _separate_outputs_from_inputs(ctx: _Pass) -> None:
+    """Note [Returned scatters under Inductor]: ``y = x.select_scatter(...); op(y[1]);
+    x.copy_(y); return y`` returns a tensor of its own in eager. Inductor re-inplaces a scatter
+    into a graph input whenever the graph copies a value back into that input, without looking
+    at the graph's outputs, so ``y`` would come back as ``x`` itself (pytorch#195451). Each
+    output built by scatters into such an input is returned as a copy instead (eager holds two
+    tensors as well)."""
+    graph = ctx.gm.graph
+    copied_back = {
+        n.args[0]
+        for n in graph.find_nodes(op="call_function", target=_aten.copy_.default)
+        if isinstance(n.args[0], fx.Node) and n.args[0].op == "placeholder"
+    }
+    out = graph.output_node()
+    clones: dict[fx.Node, fx.Node] = {}
+
+    def separate(arg: Any) -> Any:
+        if not isinstance(arg, fx.Node) or _written_input(arg) not in copied_back:
+            return arg
+        if arg not in clones:
+            with graph.inserting_before(_copy_point(ctx, arg, out)):
+                clones[arg] = emit_clone(ctx, arg)
+        return clones[arg]
+
+    out.args = fx.node.map_arg(out.args, separate)
+
+
+def _copy_point(ctx: _Pass, arg: fx.Node, out: fx.Node) -> fx.Node:
+    """Where to copy the returned ``arg``: before the first later scatter built on its memory
+    (Inductor re-inplaces such a scatter into the input too, and would overwrite ``arg``'s
+    memory before a copy placed after it reads it; fuzz seed 20261128 #6), else before the
+    output. A graph input is copied at the end: its returned value is the one copied back."""
+    if arg.op == "placeholder":
+        return out
+    node = arg.next
+    while node is not out:
+        base = node.args[0] if node.op == "call_function" and node.args else None
+        if (
+            node.target in _INDUCTOR_INPLACEABLE
+            and isinstance(base, fx.Node)
+            and ctx.analysis.same_memory(base, arg)
+        ):
+            return node
+        node = node.next
+    return out

@@ -1,0 +1,267 @@
+"""Phase 2 of the re-inplace pass: the soundness rules. Each rule looks at one buffer of one
+call (a :class:`_Query`) and returns why it must be cloned, or ``None``; ``RULES`` asks them in
+order and :func:`_decide` returns the first objection. Nothing here rewrites the graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, NamedTuple
+
+import torch
+import torch.fx as fx
+
+from ..hops.adapter import Mutation
+from ..regions import Region
+from ..symbolic import contiguous_or_false, overlaps_itself
+from .alias import SCATTER_VIEWS
+from .facts import _aliased_args, _Buffer, _other_tensor_args, _output_of, _Pass, _written
+from .report import Reason
+from .scatters import _SAME_BYTES, _all_scatters_fold, _is_view_chain
+
+_aten = torch.ops.aten
+
+
+
+# -- step 2: decide ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Query:
+    """What one decision looks at: a buffer of a call, and the pass's facts about it."""
+
+    ctx: _Pass
+    node: fx.Node  # the HOP call
+    m: Mutation
+    buf: _Buffer
+    bufs: list[_Buffer]  # every buffer of the call, ``buf`` among them
+
+    @functools.cached_property
+    def root(self) -> fx.Node:
+        analysis = self.ctx.analysis
+        return analysis.root[analysis.version[self.buf.node]]
+
+    @functools.cached_property
+    def written(self) -> list[Region]:
+        return _written(self.ctx.analysis, self.buf)
+
+
+Verdict = tuple[Reason, str] | None  # a reason to clone (and its detail), or None: no objection
+
+
+def _disabled(q: _Query) -> Verdict:
+    return None if q.ctx.enable else (Reason.DISABLED, "")
+
+
+def _no_value(q: _Query) -> Verdict:
+    return None if q.buf.node in q.ctx.analysis.version else (Reason.NO_VALUE, q.buf.node.name)
+
+
+def _constant(q: _Query) -> Verdict:
+    return (Reason.CONSTANT, q.root.name) if q.root.op == "get_attr" else None
+
+
+def _overlapping_buffer(q: _Query) -> Verdict:
+    # Note [A buffer that overlaps itself] in emit.py: writing it in place would write several
+    # elements into one location.
+    if q.buf.node.op != "placeholder" and overlaps_itself(q.buf.node.meta["val"]):
+        return Reason.OVERLAPS_ITSELF, q.buf.node.name
+    return None
+
+
+def _unfixed_layout(q: _Query) -> Verdict:
+    """Note [Layouts Inductor chooses]
+    Inductor lays out a buffer it computes as it likes (densely) whatever strides the graph
+    records, and an ``as_strided`` of it (a pinned layout, an ``as_strided`` step of a chain)
+    reinterprets that buffer with the recorded strides: for a gappy or permuted buffer that
+    reads and writes the wrong elements, or past the allocation (fuzz seed 20261129 #45: heap
+    corruption). Such a buffer, taken other than whole, is cloned into a span whose layout is
+    fixed (Note [Clones for Inductor]); contiguous buffers, graph inputs and whole buffers keep
+    their own layout."""
+    ctx, buf = q.ctx, q.buf
+    if not ctx.for_inductor or buf.node.op == "placeholder":
+        return None
+    whole = all(c.is_alias for c in buf.chains) and not _aliased_args(buf, q.written)
+    if whole or (
+        contiguous_or_false(buf.node.meta["val"]) and contiguous_or_false(q.root.meta["val"])
+    ):
+        return None
+    return Reason.UNFIXED_LAYOUT, buf.node.name
+
+
+def _same_buffer_twice(q: _Query) -> Verdict:
+    analysis = q.ctx.analysis
+    for other in q.bufs:
+        if other is not q.buf and analysis.may_overlap(
+            other.node, _written(analysis, other), q.buf.node, q.written
+        ):
+            return Reason.SAME_BUFFER_TWICE, f"with {other.node.name}"
+    return None
+
+
+def _read_by_call(q: _Query) -> Verdict:
+    analysis = q.ctx.analysis
+    for arg in _other_tensor_args(q.m):
+        if not analysis.same_memory(arg, q.buf.node):
+            continue  # (no region to compute)
+        if analysis.may_overlap(arg, [analysis.region(arg)], q.buf.node, q.written):
+            return Reason.READ_BY_CALL, arg.name
+    return None
+
+
+def _graph_input(q: _Query) -> Verdict:
+    ctx, root = q.ctx, q.root
+    if root.op != "placeholder":
+        return None
+    if q.buf.node is not root:
+        reason = _view_of_input(ctx, q.node, q.buf, root)
+        return None if reason is None else (reason, root.name)
+    final = ctx.finals.get((q.node, q.buf.out_index))
+    copy = ctx.epilogue.get(root)
+    if copy is None or copy.args[1] is not final:
+        return Reason.GRAPH_INPUT, root.name
+    if any(ctx.analysis.same_memory(o, final) for o in ctx.outputs):
+        # The graph returns a fresh tensor holding the value it copies back: written in place,
+        # the output would be the input itself (pytorch#195451); in a training graph
+        # AOTAutograd may also donate it to the backward.
+        return (Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT), root.name
+    returned = _overwritten_output(ctx, _output_of(q.node, q.buf), copy)
+    if returned is not None:
+        return Reason.RETURNED_VERSION, f"{root.name}, by {returned.name}"
+    return None
+
+
+def _overwritten_output(ctx: _Pass, own: fx.Node | None, copy: fx.Node) -> fx.Node | None:
+    """A graph output that views ``own`` (the value a call writes into a graph input), when
+    the graph copies a later value into that input, or ``None``.
+
+    Note [A returned value the copy-back overwrites]
+    Written in place, the call's value lives in the input's memory: the HOP's output and, for a
+    view of the input, the scatters that put it back (folded into the input). When a later call
+    makes the value the graph copies back at its end (``copy.args[1]`` is none of those), an
+    output viewing this call's value (``t = x[1].clone()`` after the call, the clone dropped by
+    Inductor as a no-op) would read the copied-back value instead (fuzz seed 20261227 #49,
+    v1 and v2; PyTorch's built-in gives the same wrong result). The later call decides for
+    itself, so this one keeps its clone.
+    """
+    if own is None:
+        return None
+    values, todo = {own}, [own]
+    while todo:  # the value, its dtype views, and the scatters that write it back
+        src = todo.pop()
+        for user in src.users:
+            if user not in values and (
+                user.target in _SAME_BYTES
+                or (user.target in SCATTER_VIEWS and len(user.args) > 1 and user.args[1] is src)
+            ):
+                values.add(user)
+                todo.append(user)
+    if copy.args[1] in values:
+        return None
+    analysis = ctx.analysis
+    return next((o for o in ctx.outputs for v in values if analysis.same_memory(o, v)), None)
+
+
+def _lazy_read(q: _Query) -> Verdict:
+    # Note [Lazy reads under Inductor]: Inductor computes a pointwise read (or a reduction over
+    # one element) only where its result is needed, which can be after an opaque op wrote that
+    # memory in place: it does not order such pending reads before a custom op's mutation.
+    # PyTorch's own re-inplacing miscompiles this case.
+    if not q.ctx.for_inductor:
+        return None
+    lazy = q.ctx.analysis.read_before_used_after(q.node, q.buf.node, q.written)
+    return None if lazy is None else (Reason.LAZY_READ, f"by {lazy.name}")
+
+
+def _read_later(q: _Query) -> Verdict:
+    reader = q.ctx.analysis.first_read_after(q.node, q.buf.node, q.written)
+    return None if reader is None else (Reason.READ_LATER, f"by {reader.name}")
+
+
+class Rule(NamedTuple):
+    """One soundness rule: ``check`` returns why the buffer must be cloned, or ``None``."""
+
+    name: str
+    check: Callable[[_Query], Verdict]
+
+
+# The rules, in the order they are asked; a buffer is written in place when none objects. The
+# first three say the analysis cannot reason about the buffer at all; the numbers are those of
+# ``reinplace``'s docstring.
+RULES: tuple[Rule, ...] = (
+    Rule("disabled", _disabled),
+    Rule("no fake value", _no_value),
+    Rule("module constant", _constant),
+    Rule("buffer overlaps itself", _overlapping_buffer),
+    Rule("layout Inductor chooses", _unfixed_layout),
+    Rule("(3) one memory, two mutable buffers", _same_buffer_twice),
+    Rule("(2) read by the same call", _read_by_call),
+    Rule("(4) graph input: copied back, not returned", _graph_input),
+    Rule("(1) lazy read under Inductor", _lazy_read),
+    Rule("(1) old value read later", _read_later),
+)
+
+
+def _decide(q: _Query) -> tuple[Reason, str]:
+    """Whether ``q.buf`` may be written in place (Reason.INPLACE) or why it must be cloned."""
+    for rule in RULES:
+        verdict = rule.check(q)
+        if verdict is not None:
+            return verdict
+    return Reason.INPLACE, ""
+
+
+def _view_of_input(ctx: _Pass, node: fx.Node, buf: _Buffer, root: fx.Node) -> Reason | None:
+    """Why a buffer that is a view of graph input ``root`` must be cloned, or ``None``.
+
+    Note [Views of graph inputs]
+    A mutated view whose base the HOP could not see (a dtype view has no ``_base``:
+    ``kv[l].view(torch.float8_e4m3fn)``) is the HOP's buffer itself; the functional program
+    scatters its new value back into the input, and the graph copies that back into the input.
+    Writing the view in place writes the input before that copy-back, which is sound when the
+    copy-back exists (else the input must keep its old value): the scatters read around what
+    they replace (Note [Scatters read around what they replace]), every other later read of the
+    old input is checked like any other buffer's, and each scatter of the written view into
+    itself is then removed (``_fold_scatters``). Under Inductor every such scatter must fold
+    (Inductor cannot lower a scatter of a dtype view of an input's view). The value copied back
+    must not also be an output (it would become the input itself, pytorch#195451; in a training
+    graph, rule 4 of ``reinplace``).
+    """
+    copy = ctx.epilogue.get(root)
+    if copy is None or not _is_view_chain(buf.node, root):
+        return Reason.VIEW_OF_INPUT
+    out = _output_of(node, buf)
+    if ctx.for_inductor and out is not None and not _all_scatters_fold(ctx.analysis, out, buf.node):
+        return Reason.VIEW_OF_INPUT
+    if any(ctx.analysis.same_memory(o, copy.args[1]) for o in ctx.outputs):
+        # As for a whole input: the output would be the input itself (pytorch#195451).
+        return Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT
+    if ctx.training and any(ctx.analysis.same_memory(o, root) for o in ctx.outputs):
+        return Reason.SAVED_OUTPUT
+    if _overwritten_output(ctx, out, copy) is not None:
+        return Reason.RETURNED_VERSION
+    return None
+
+
+# Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
+# not deferred); every other aten op may be fused into a kernel that runs where its result is
+# first needed.
+_EXTERN_READERS = frozenset(
+    {
+        _aten.mm.default,
+        _aten.addmm.default,
+        _aten.bmm.default,
+        _aten.baddbmm.default,
+        _aten.convolution.default,
+        _aten.copy_.default,  # the epilogue: it reads the final version, never an old one
+    }
+)
+
+
+def _lazy_under_inductor(reader: fx.Node) -> bool:
+    """Whether Inductor may evaluate ``reader`` later than its place in the graph."""
+    target = reader.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False  # HOPs, getitem, output
+    return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS

@@ -1,0 +1,144 @@
+"""Phase 3b of the re-inplace pass: folding the scatters that put back what a call wrote in
+place (``select_scatter(x, select(x, 0, l)', 0, l)`` is ``x`` once ``select(x, 0, l)`` was
+written directly), and the view comparisons they need.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .alias import SCATTER_VIEWS, VIEW_OPS, AliasAnalysis
+from .facts import _Pass
+
+_aten = torch.ops.aten
+
+
+
+def _is_view_chain(node: fx.Node, root: fx.Node) -> bool:
+    """Whether ``node`` is ``root`` through view ops only."""
+    while node is not root:
+        if node.op != "call_function" or node.target not in VIEW_OPS or not node.args:
+            return False
+        node = node.args[0]
+    return True
+
+
+# Views that keep the bytes and the geometry (up to the element size).
+_SAME_BYTES = frozenset({_aten.view.dtype, _aten.alias.default, _aten.detach.default})
+
+
+def _strip_dtype_views(node: Any) -> Any:
+    while isinstance(node, fx.Node) and node.target in _SAME_BYTES:
+        node = node.args[0]
+    return node
+
+
+def _fold_scatters(ctx: _Pass, buf: fx.Node) -> None:
+    """Remove the scatters of ``buf`` (just written in place) into the memory it views.
+
+    ``select_scatter(x, buf', 0, l)``, where ``buf'`` is ``buf`` up to dtype views and ``buf``
+    is ``select(x, 0, l)`` up to dtype views (``x`` the same node or the same chain of views),
+    puts back what is already there: it is ``x`` (in memory). Its readers now read ``x``'s
+    memory, whose version joins ``x``'s memory class, so later writes into it are checked
+    against the old readers of both. ``x`` may itself be scattered into its base next (the
+    write-back of a view of a view): it is folded the same way.
+    """
+    graph, analysis = ctx.gm.graph, ctx.analysis
+    starts = [buf]
+    while starts:
+        start = starts.pop()
+        view = _strip_dtype_views(start)
+        if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
+            continue
+        todo, seen = [start], {start}
+        while todo:
+            src = todo.pop()
+            for user in list(src.users):
+                if user.target in _SAME_BYTES and user not in seen:
+                    seen.add(user)
+                    todo.append(user)
+                elif _folds(analysis, user, src, view):
+                    target = user.args[0]
+                    analysis.merge(target, user)
+                    analysis.forget(user)
+                    user.replace_all_uses_with(target)
+                    graph.erase_node(user)
+                    starts.append(target)
+
+
+def _folds(analysis: AliasAnalysis, user: fx.Node, src: fx.Node, view: fx.Node) -> bool:
+    """Whether ``user`` scatters ``src`` (the bytes of ``view``) back where ``view`` took them."""
+    return (
+        user.target in SCATTER_VIEWS
+        and len(user.args) > 1
+        and user.args[1] is src
+        and SCATTER_VIEWS[user.target] is view.target
+        and _same_view(user.args[0], view.args[0])
+        and _same_view_args(user, view)
+        and src.meta["val"].dtype == user.meta["val"].dtype
+        and user in analysis.version
+        and user.args[0] in analysis.version
+    )
+
+
+def _all_scatters_fold(analysis: AliasAnalysis, out: fx.Node, buf: fx.Node) -> bool:
+    """Whether every scatter of ``out`` (a HOP output, through views keeping its bytes) would
+    be folded once ``buf`` is written in place and ``out`` replaced by it: then no scatter of a
+    dtype view of a graph input reaches Inductor, whose lowering does not support one."""
+    view = _strip_dtype_views(buf)
+    if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
+        # nothing left to fold: ``out`` must not be scattered anywhere else
+        return not any(u.target in SCATTER_VIEWS and u.args[1] is out for u in out.users)
+    todo, seen = [out], {out}
+    while todo:
+        src = todo.pop()
+        for user in src.users:
+            if user.target in _SAME_BYTES and user not in seen:
+                seen.add(user)
+                todo.append(user)
+            elif user.target in SCATTER_VIEWS:
+                # and then the scatter of that scatter (the write-back of a view of a view);
+                # a scatter *into* these bytes stays a scatter into a view of an input
+                if not (
+                    user.args[1] is src
+                    and _folds(analysis, user, src, view)
+                    and _all_scatters_fold(analysis, user, user.args[0])
+                ):
+                    return False
+    return True
+
+
+def _same_view(a: Any, b: Any) -> bool:
+    """Whether two nodes are one tensor, or the same chain of view ops of one tensor."""
+    while a is not b:
+        if not (
+            isinstance(a, fx.Node)
+            and isinstance(b, fx.Node)
+            and a.op == b.op == "call_function"
+            and a.target is b.target
+            and a.target in VIEW_OPS
+            and a.args[1:] == b.args[1:]
+            and a.kwargs == b.kwargs
+            and a.args
+            and b.args
+        ):
+            return False
+        a, b = a.args[0], b.args[0]
+    return True
+
+
+def _same_view_args(scatter: fx.Node, view: fx.Node) -> bool:
+    """Whether a scatter replaces exactly the part of its input that ``view`` selects."""
+    try:
+        a = scatter.normalized_arguments(None, normalize_to_only_use_kwargs=True)
+        b = view.normalized_arguments(None, normalize_to_only_use_kwargs=True)
+    except Exception:
+        return False
+    if a is None or b is None:
+        return False
+    a = {k: v for k, v in a.kwargs.items() if k not in ("input", "self", "src")}
+    b = {k: v for k, v in b.kwargs.items() if k not in ("input", "self")}
+    return a == b
