@@ -18,7 +18,7 @@ from torch._ops import OpOverload, OpOverloadPacket
 from torch._subclasses.functional_tensor import FunctionalTensorMode, PythonFunctionalizeAPI
 
 from . import guards
-from .errors import AutofuncError
+from .errors import AutofuncError, UnsupportedOpError
 from .hops.common import may_overlap, normalize_args
 from .hops.v1 import functionalize_v1, inexact_slot, mutable_slots
 from .hops.v2 import functionalize_v2
@@ -198,7 +198,23 @@ def _infos(op: Any, who: str, strategy: str) -> list[OpInfo]:
         raise AutofuncError(f"{who}: strategy must be one of {STRATEGIES}, got {strategy!r}")
     ops = op if isinstance(op, (list, tuple)) else [op]
     # Validate every overload before touching anything.
-    return [op_info(o) for one in ops for o in _overloads(one)]
+    overloads = [o for one in ops for o in _overloads(one)]
+    for o in overloads:
+        if o.namespace in _CORE_NAMESPACES:
+            raise UnsupportedOpError(
+                qualname(o),
+                f"it is a core PyTorch op ({o.namespace}), and autofunc is for custom ops",
+                hint="PyTorch functionalizes its own ops; registering one would replace its "
+                "Functionalize kernel for the whole process and hide every call of it from "
+                "Inductor's fusion",
+            )
+    return [op_info(o) for o in overloads]
+
+
+# Namespaces of PyTorch's own ops, which functionalization already handles.
+_CORE_NAMESPACES = frozenset(
+    {"aten", "prims", "prim", "_c10d_functional", "c10d", "c10d_functional"}
+)
 
 
 def _route(info: OpInfo, cpp_functionalize: bool | None = None) -> bool:

@@ -13,6 +13,7 @@ import time
 from typing import Any, Callable
 
 import torch
+import torch.utils._pytree as pytree
 import torch.fx as fx
 
 from .passes.reinplace import reinplace
@@ -164,7 +165,8 @@ def run_against_eager(
     sync: Callable[[], None] | None = None,
 ) -> EagerCheck:
     """Run ``fn`` on copies of ``inputs`` (``clone_inputs``) and ``compiled`` on ``inputs``
-    themselves, then compare the outputs and the final value of every input.
+    themselves, then compare the outputs, the final value of every input, and which inputs
+    each output shares memory with (``"output aliasing"``).
 
     ``sync`` (a device synchronization) runs before the compiled call's time is read.
     """
@@ -179,4 +181,20 @@ def run_against_eager(
     pairs = [("output", got, expected)]
     pairs += [(f"arg{i}", a, e) for i, (a, e) in enumerate(zip(inputs, eager_inputs))]
     mismatch = [name for name, a, e in pairs if not same_result(a, e, atol, rtol)]
+    if "output" not in mismatch and _aliasing(got, inputs) != _aliasing(expected, eager_inputs):
+        mismatch.append("output aliasing")  # a view of an input where eager returns a copy
     return EagerCheck(expected, got, eager_inputs, inputs, mismatch, seconds)
+
+
+def _aliasing(outputs: Any, inputs: list) -> list[tuple[int, ...]]:
+    """Per output tensor, the inputs whose memory it shares (an output that views an input in
+    eager must view it compiled, and a fresh one must be fresh: the caller may write either)."""
+    storages = [
+        t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) and t.numel() else None
+        for t in inputs
+    ]
+    return [
+        tuple(i for i, p in enumerate(storages) if p == o.untyped_storage().data_ptr())
+        for o in pytree.tree_leaves(outputs)
+        if isinstance(o, torch.Tensor) and o.numel()
+    ]

@@ -366,7 +366,8 @@ def _check_args(
             raise TypeError(
                 f"paged_decode_attention: {name} must be int32, got {named[name].dtype}"
             )
-    for name in ("out", "query", "key_cache", "value_cache"):
+    # the inputs first: an ``out`` made like ``query`` shares its dtype, and the cause is query
+    for name in ("query", "key_cache", "value_cache", "out"):
         if not named[name].is_floating_point():
             raise TypeError(
                 f"paged_decode_attention: {name} must be floating point, got {named[name].dtype}"

@@ -56,9 +56,13 @@ def reshape_and_cache_ref(
     slot_mapping: torch.Tensor,
 ) -> None:
     """PyTorch reference: writes ``key``/``value`` rows into the caches in place (see module).
-    Trusts its inputs: the custom op validates them first (:func:`_check_args`)."""
+    Follows the kernel's contract on any ``slot_mapping``: a slot outside
+    ``[0, num_blocks * block_size)`` (``-1`` padding or invalid) is skipped, as the unchecked
+    kernel skips it; the other inputs are trusted (the custom op validates them first,
+    :func:`_check_args`)."""
     block_size = key_cache.shape[1]
-    valid = slot_mapping != -1
+    num_slots = key_cache.shape[0] * block_size
+    valid = (slot_mapping >= 0) & (slot_mapping < num_slots)
     slots = slot_mapping[valid].long()
     blocks, offsets = slots // block_size, slots % block_size
     # Advanced-index assignment is index_put_ on the view: it writes through to the base tensor.

@@ -420,3 +420,15 @@ def test_op_returning_its_argument_returns_a_view_of_the_input(strategy, backend
     torch.testing.assert_close(x, expected_x)
     assert got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     assert got.storage_offset() == x[1].storage_offset()
+
+
+@pytest.mark.parametrize(
+    "op", [torch.ops.aten.add_.Tensor, torch.ops.aten.add_, "aten::index_put_", "prims::copy_to"]
+)
+def test_core_ops_are_refused(op):
+    # Registering an ATen op would replace its Functionalize kernel for the whole process and
+    # make every call of it opaque to Inductor.
+    with pytest.raises(autofunc.UnsupportedOpError, match="autofunc is for custom ops") as info:
+        autofunc.register(op)
+    assert info.value.op.split("::")[0] in ("aten", "prims")
+    assert torch.compile(lambda x: x.add_(1), backend="aot_eager")(torch.zeros(2)).eq(1).all()

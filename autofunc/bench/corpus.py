@@ -422,6 +422,59 @@ def kv_reordered_read(kv, rows, index):
     return torch.stack(outs)
 
 
+# -- other mutations of the same memory around the calls (issue 18) -----------------------------
+
+
+def _kv_big_inputs(layers: int = 2):
+    kv = torch.zeros(layers, 2, 256, 64)  # 256 KiB: a clone of it would show in the bytes
+    rows = torch.randn(layers, 2, 64)
+    index = torch.tensor([1, 5])
+    return kv, rows, index
+
+
+@program(
+    _kv_big_inputs,
+    "a native in-place op on the cache after the calls: kv[1, 0].mul_(2)",
+    necessary_bytes=512,  # Inductor's temporaries (rows[1] * 2); the cache is 256 KiB
+)
+def kv_then_native_inplace(kv, rows, index):
+    write_rows(kv[0, 0], rows[0], index)
+    write_rows(kv[1, 1], rows[1] * 2, index)
+    kv[1, 0].mul_(2)
+
+
+@program(
+    lambda: (torch.randn(256, 256), torch.randn(256)),
+    "a native in-place op on the whole input after the call: add_(x, y); x.mul_(2)",
+    necessary_bytes=0,
+)
+def native_inplace_after(x, y):
+    add_(x, y)
+    x.mul_(2)
+
+
+@program(
+    _kv_big_inputs,
+    "a view of the mutated cache is returned: for l: write kv[l, 0]; return kv[0]",
+    necessary_bytes=0,  # the output is kv[0] itself, as in eager
+)
+def kv_returned_view(kv, rows, index):
+    for layer in range(kv.shape[0]):
+        write_rows(kv[layer, 0], rows[layer], index)
+    return kv[0]
+
+
+@program(
+    _kv_big_inputs,
+    "a copy of a view of the mutated cache is returned: return kv[0].clone()",
+    necessary_bytes=2 * 256 * 64 * 4,  # the copy the program asks for
+)
+def kv_returned_copy(kv, rows, index):
+    for layer in range(kv.shape[0]):
+        write_rows(kv[layer, 0], rows[layer], index)
+    return kv[0].clone()
+
+
 # -- dtype views (Note [Dtype views]): an fp8 KV cache kept as uint8 storage, as in vLLM ---------
 
 _FP8 = getattr(torch, "float8_e4m3fn", None)

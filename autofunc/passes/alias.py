@@ -74,6 +74,16 @@ SCATTER_VIEWS = {
     torch.ops.aten.as_strided_scatter.default: torch.ops.aten.as_strided.default,
 }
 
+# Note [wait_tensor and the tensor it waits for]
+# ``_c10d_functional.wait_tensor(t)`` returns ``t`` itself at run time, but its fake value has a
+# storage of its own, so the analysis gives it a version of its own. That is kept on purpose:
+# functionalization does not know the two alias either, so a graph that reads ``t`` after a
+# call wrote the waited tensor reads ``t``'s old value, while eager (and Inductor, which lowers
+# the wait as its input) reads the new one. Writing the waited tensor in place reproduces eager,
+# as PyTorch's built-in does; counting ``t`` as the same memory would clone it and return the
+# functional graph's value instead. The wait itself is a read of ``t``, so nothing writes ``t``
+# in place while the collective may still be writing it.
+
 # In-place ops that only write their first argument (the epilogue of a functional graph).
 _OVERWRITE_OPS = frozenset({torch.ops.aten.copy_.default})
 

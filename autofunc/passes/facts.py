@@ -7,7 +7,6 @@ outputs. Pure queries of the graph; nothing here rewrites it.
 from __future__ import annotations
 
 import dataclasses
-import operator
 from typing import Any
 
 import torch
@@ -34,12 +33,13 @@ class _Pass:
     gm: fx.GraphModule
     analysis: AliasAnalysis
     epilogue: dict[fx.Node, fx.Node]  # placeholder -> copy_(placeholder, new)
-    finals: dict[tuple[fx.Node, int], fx.Node | None]  # (HOP, output) -> last version
     outputs: list[fx.Node]  # tensors the graph returns
     fake_mode: FakeTensorMode
     enable: bool
     training: bool
     for_inductor: bool
+    # graph inputs some call writes in place (Note [Returned values of written inputs])
+    written_inputs: set[fx.Node] = dataclasses.field(default_factory=set)
 
 
 # -- step 1: what each call writes ------------------------------------------------------------
@@ -107,8 +107,71 @@ def _aliased_args(buf: _Buffer, written: list) -> bool:
 
 
 def _output_nodes(graph: fx.Graph) -> list[fx.Node]:
+    """The tensors the graph returns whose memory the caller gets (Note [Outputs AOTAutograd
+    regenerates from inputs]: not those, whose memory is the input's whatever the graph does)."""
     out = graph.output_node()
-    return [a for a in pytree.tree_leaves(out.args) if isinstance(a, fx.Node)]
+    regenerated = _outputs_regenerated_from_inputs(out)
+    flat = out.args[0] if len(out.args) == 1 and isinstance(out.args[0], (tuple, list)) else None
+    if flat is None or not regenerated:
+        return [a for a in pytree.tree_leaves(out.args) if isinstance(a, fx.Node)]
+    return [
+        a
+        for i, v in enumerate(flat)
+        if i not in regenerated
+        for a in pytree.tree_leaves(v)
+        if isinstance(a, fx.Node)
+    ]
+
+
+def _outputs_regenerated_from_inputs(out: fx.Node) -> frozenset[int]:
+    """Positions of the graph's outputs that AOTAutograd replaces by the caller's input (or a
+    view of it) at run time; empty when that is not known.
+
+    Note [Outputs AOTAutograd regenerates from inputs]
+    An output that aliases a graph input in eager (``return kv[0]``, ``return kv``) is not taken
+    from the compiled graph's memory: AOTAutograd's runtime wrapper returns the input itself
+    (``OutputType.is_input``) or replays the view on it (``OutputType.alias_of_input``),
+    using the graph's output only for its metadata. Such an output sharing memory with a value
+    the op writes in place is what eager has, so it objects to nothing (pytorch#195451 is about
+    *fresh* outputs, which come back from the graph). Known only inside a compile, from the
+    ``ViewAndMutationMeta`` AOTAutograd puts on the tracing context for the graph it compiles:
+    its user outputs follow the mutated inputs it returns. Outside one (``torch.export``,
+    AOTInductor, a graph given to the pass by hand) no output is exempt.
+    """
+    try:
+        from torch._guards import TracingContext
+        from torch._functorch._aot_autograd.schemas import OutputType
+        from torch._inductor.virtualized import V
+
+        if V.aot_compilation:
+            return frozenset()
+        context = TracingContext.try_get()
+        meta = getattr(context, "fw_metadata", None)
+        infos = getattr(meta, "output_info", None)
+        first = getattr(meta, "num_mutated_inp_runtime_indices", None)
+    except ImportError:  # pragma: no cover - torch without these internals
+        return frozenset()
+    if infos is None or first is None or len(out.args) != 1:
+        return frozenset()
+    flat = out.args[0]
+    if not isinstance(flat, (tuple, list)) or len(flat) < first + len(infos):
+        return frozenset()
+    kinds = (OutputType.alias_of_input, OutputType.is_input)
+    return frozenset(
+        first + i
+        for i, info in enumerate(infos)
+        if info.output_type in kinds
+        and isinstance(flat[first + i], fx.Node)
+        and _tensor_output(flat[first + i], info)
+    )
+
+
+def _tensor_output(node: fx.Node, info: Any) -> bool:
+    """A check that the metadata lines up with this graph: both say the output is a tensor."""
+    raw = getattr(info, "raw_type", None)
+    return isinstance(node.meta.get("val"), torch.Tensor) and (
+        raw is None or (isinstance(raw, type) and issubclass(raw, torch.Tensor))
+    )
 
 
 def _other_tensor_args(m: Mutation) -> list[fx.Node]:
@@ -143,27 +206,3 @@ def _epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
         if isinstance(dst, fx.Node) and dst.op == "placeholder":
             out[dst] = n
     return out
-
-
-def _final_versions(
-    hops: list[fx.Node], mutations: dict[fx.Node, Mutation]
-) -> dict[tuple[fx.Node, int], fx.Node | None]:
-    """(HOP, output index) -> the last version of that buffer along a chain of HOP calls that
-    each take the previous one's output as a buffer (layer after layer of a KV cache)."""
-    outputs = {}  # (hop, index) -> getitem node
-    per_hop: dict[fx.Node, list] = {}
-    for hop in hops:
-        for user in hop.users:
-            if user.target is operator.getitem:
-                outputs[(hop, user.args[1])] = user
-                per_hop.setdefault(hop, []).append((hop, user.args[1]))
-    consumer = {}  # getitem node -> (hop, index) of the call that takes it as a buffer
-    for hop in hops:
-        for buf in _buffers(mutations[hop]):
-            consumer.setdefault(buf.node, (hop, buf.out_index))
-    finals: dict[tuple[fx.Node, int], fx.Node | None] = {}
-    for hop in reversed(hops):  # a consumer comes later in the graph, so it is done first
-        for key in per_hop.get(hop, ()):
-            nxt = consumer.get(outputs[key])
-            finals[key] = outputs[key] if nxt is None else finals.get(nxt)
-    return finals

@@ -50,8 +50,8 @@ from .facts import (
     _Buffer,
     _buffers,
     _epilogue_copies,
-    _final_versions,
     _output_nodes,
+    _outputs_regenerated_from_inputs,
     _Pass,
     _written,
 )
@@ -101,13 +101,16 @@ def reinplace(
     Soundness: a buffer is written in place only when (1) no node after the call reads, through
     any version that shares its memory, an element of the regions the op writes; (2) no other
     argument of the same call reads those regions; (3) it is not passed twice as a mutable
-    buffer; (4) when it is a graph input, the graph itself copies the final value back into it
-    (``copy_(input, new)``), which then becomes a self-copy and is removed, and that value is
-    not also an output (the returned tensor would be the input itself, which eager never
-    returns for a fresh tensor; in a training graph AOTAutograd may also donate saved outputs
-    to the backward, which would then overwrite the input), nor is a view of this call's value
-    an output when a later value is copied back (Note [A returned value the copy-back
-    overwrites]). Anything unproven keeps its clone, and
+    buffer; (4) when it is a graph input (or a view of one), the graph copies a value back
+    into that input after the call (``copy_(input, v)``: the HOP chain's last value, which then
+    becomes a self-copy and is removed, or a later one a native in-place op or a collective
+    made; Note [Copied back later]), and that value is not also an output (the returned tensor
+    would be the input itself, which eager never returns for a fresh tensor; in a training
+    graph AOTAutograd may also donate saved outputs to the backward, which would then overwrite
+    the input), nor is a view of this call's value an output when a later value is copied back
+    (Note [A returned value the copy-back overwrites]). Outputs AOTAutograd regenerates from
+    the inputs (``return kv[0]``) are not outputs of the graph's memory (Note [Outputs
+    AOTAutograd regenerates from inputs]). Anything unproven keeps its clone, and
     the report says why. ``RULES`` holds these rules as (name, check) pairs, asked in order.
 
     Args:
@@ -127,7 +130,6 @@ def reinplace(
     if not hops:
         return report
     _check_vals(hops)
-    mutations = {n: adapter_for(n.target).read(n) for n in hops}
     if for_inductor:
         _keep_old_copy_sources(gm.graph)
         _as_strided_of_roots(gm.graph)
@@ -137,7 +139,6 @@ def reinplace(
             gm.graph, lazy_reader=_lazy_under_inductor if for_inductor else None
         ),
         epilogue=_epilogue_copies(gm.graph),
-        finals=_final_versions(hops, mutations),
         outputs=_output_nodes(gm.graph),
         fake_mode=fake_mode_of([n.meta.get("val") for n in gm.graph.nodes]),
         enable=enable,
@@ -148,6 +149,7 @@ def reinplace(
         # Read again: rewriting an earlier call replaced the nodes this one takes.
         report.calls.append(_rewrite_call(ctx, node, adapter_for(node.target).read(node)))
     _remove_self_copies(gm.graph)
+    _copy_returned_inputs(ctx)
     if for_inductor:
         _separate_outputs_from_inputs(ctx)
         share_input_views(gm.graph)  # fewer view nodes for Inductor to lower
@@ -193,6 +195,9 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
             out = outs.get(buf.out_index)
             aliased = _aliased_args(buf, _written(analysis, buf)) if ctx.for_inductor else False
             if reason is Reason.INPLACE:
+                root = analysis.root[analysis.version[buf.node]]
+                if root.op == "placeholder":
+                    ctx.written_inputs.add(root)
                 new_bufs.append(buf.node)
                 pin = aliased or _realize_whole(ctx, buf)
                 arg_bases.append(pin_layout(ctx, buf.node) if pin else buf.node)
@@ -282,6 +287,37 @@ def _check_vals(hops: list[fx.Node]) -> None:
                     f"autofunc.reinplace needs fake values in meta['val'] (node {arg.name}, an "
                     f"input of {hop.name}, has none); run FakeTensorProp on the graph first"
                 )
+
+
+def _copy_returned_inputs(ctx: _Pass) -> None:
+    """Return a copy of each fresh output that now lives in a graph input's memory because a
+    call wrote that input in place (Note [Returned values of written inputs]); the copy is made
+    at the end of the graph, where the input holds the value the output denotes."""
+    if not ctx.written_inputs:
+        return
+    graph, analysis = ctx.gm.graph, ctx.analysis
+    out = graph.output_node()
+    regenerated = _outputs_regenerated_from_inputs(out)
+    clones: dict[fx.Node, fx.Node] = {}
+
+    def separate(i: int, arg: Any) -> Any:
+        if (
+            i in regenerated
+            or not isinstance(arg, fx.Node)
+            or arg not in analysis.version
+            or not any(analysis.same_memory(arg, p) for p in ctx.written_inputs)
+        ):
+            return arg
+        if arg not in clones:
+            with graph.inserting_before(out):
+                clones[arg] = emit_clone(ctx, arg)
+        return clones[arg]
+
+    if len(out.args) == 1 and isinstance(out.args[0], (tuple, list)):
+        flat = out.args[0]
+        out.args = (type(flat)(separate(i, a) for i, a in enumerate(flat)),)
+    else:
+        out.args = fx.node.map_arg(out.args, lambda a: separate(-1, a))
 
 
 def _remove_self_copies(graph: fx.Graph) -> None:

@@ -18,7 +18,10 @@ class Reason(enum.Enum):
     READ_LATER = "its old value is read later"
     READ_BY_CALL = "another argument of the same call reads the memory it writes"
     SAME_BUFFER_TWICE = "the same memory is passed as two mutable buffers"
-    GRAPH_INPUT = "a graph input whose new value is not copied back by the graph"
+    GRAPH_INPUT = (
+        "a graph input the graph copies no value back into after the call (it must keep its "
+        "old value)"
+    )
     SAVED_OUTPUT = (
         "a graph input whose new value a training graph also returns (saved for backward)"
     )

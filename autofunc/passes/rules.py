@@ -111,25 +111,96 @@ def _read_by_call(q: _Query) -> Verdict:
 
 
 def _graph_input(q: _Query) -> Verdict:
+    """Rule (4): a buffer in a graph input's memory is written in place only when the graph
+    copies a value back into that input after the call and the outputs cannot tell.
+
+    Note [Copied back later]
+    A functional graph denotes a mutated input by copying its final value ``v`` back at the
+    end (``copy_(input, v)``). Once the graph does that, what the input holds between the call
+    and that copy is the pass's to choose, provided nothing reads the old value there (rules
+    (1) and (2), which see every read of the input's memory) and the outputs do not alias what
+    the op wrote (below). ``v`` need not be this call's value, nor the last of a chain of
+    calls: a native in-place op (``kv[1, 0].mul_(2)``), an in-place collective
+    (``dist.all_reduce``) or a later call's clone may make it; the copy overwrites the whole
+    input either way. Without a copy after the call, the input must keep its old value.
+    """
     ctx, root = q.ctx, q.root
     if root.op != "placeholder":
         return None
-    if q.buf.node is not root:
-        reason = _view_of_input(ctx, q.node, q.buf, root)
-        return None if reason is None else (reason, root.name)
-    final = ctx.finals.get((q.node, q.buf.out_index))
     copy = ctx.epilogue.get(root)
-    if copy is None or copy.args[1] is not final:
+    if copy is None or ctx.analysis.position[copy] < ctx.analysis.position[q.node]:
         return Reason.GRAPH_INPUT, root.name
-    if any(ctx.analysis.same_memory(o, final) for o in ctx.outputs):
-        # The graph returns a fresh tensor holding the value it copies back: written in place,
-        # the output would be the input itself (pytorch#195451); in a training graph
-        # AOTAutograd may also donate it to the backward.
-        return (Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT), root.name
-    returned = _overwritten_output(ctx, _output_of(q.node, q.buf), copy)
+    if q.buf.node is not root:
+        reason = _view_of_input(ctx, q.node, q.buf, root, copy)
+        return None if reason is None else (reason, root.name)
+    out = _output_of(q.node, q.buf)
+    reason = _returned_copy_back(ctx, copy)
+    if reason is not None:
+        return reason, root.name
+    returned = _overwritten_output(ctx, out, copy)
     if returned is not None:
         return Reason.RETURNED_VERSION, f"{root.name}, by {returned.name}"
     return None
+
+
+def _view_of_input(
+    ctx: _Pass, node: fx.Node, buf: _Buffer, root: fx.Node, copy: fx.Node
+) -> Reason | None:
+    """Why a buffer that is a view of graph input ``root`` must be cloned, or ``None``.
+
+    Note [Views of graph inputs]
+    A mutated view whose base the HOP could not see (a dtype view has no ``_base``:
+    ``kv[l].view(torch.float8_e4m3fn)``) is the HOP's buffer itself; the functional program
+    scatters its new value back into the input, and the graph copies that back into the input.
+    Writing the view in place writes the input before that copy-back, which is sound when the
+    copy-back exists (else the input must keep its old value): the scatters read around what
+    they replace (Note [Scatters read around what they replace]), every other later read of the
+    old input is checked like any other buffer's, and each scatter of the written view into
+    itself is then removed (``_fold_scatters``). Under Inductor every such scatter must fold
+    (Inductor cannot lower a scatter of a dtype view of an input's view). The value copied back
+    must not also be an output (it would become the input itself, pytorch#195451; in a training
+    graph, rule 4 of ``reinplace``).
+    """
+    if not _is_view_chain(buf.node, root):
+        return Reason.VIEW_OF_INPUT
+    out = _output_of(node, buf)
+    if ctx.for_inductor and out is not None and not _all_scatters_fold(ctx.analysis, out, buf.node):
+        return Reason.VIEW_OF_INPUT
+    reason = _returned_copy_back(ctx, copy)
+    if reason is not None:
+        return reason
+    if ctx.training and any(ctx.analysis.same_memory(o, root) for o in ctx.outputs):
+        return Reason.SAVED_OUTPUT
+    if _overwritten_output(ctx, out, copy) is not None:
+        return Reason.RETURNED_VERSION
+    return None
+
+
+def _returned_copy_back(ctx: _Pass, copy: fx.Node) -> Reason | None:
+    """Why the outputs forbid writing a graph input in place, given the value ``copy`` writes
+    back into it, or ``None``.
+
+    Note [Returned values of written inputs]
+    An output in the memory of the value the graph copies back is a fresh tensor holding that
+    value (``return kv[0].clone()`` whose clone Inductor dropped as a no-op). Written in place,
+    that memory becomes the input's, and the output would be a view of the caller's input,
+    which eager never returns for a fresh tensor (pytorch#195451, where PyTorch's built-in
+    returns exactly that). When each such output *is* that value (the same version, not an
+    older one that shares its memory), the input holds it at the end of the graph, so the
+    output is copied there (``_copy_returned_inputs``): the copy eager made, never a copy of
+    the whole input. In a training graph the output may also be saved for the backward, which
+    AOTAutograd may let overwrite it, so the clone stays.
+    """
+    final = copy.args[1]
+    analysis = ctx.analysis
+    shared = [o for o in ctx.outputs if analysis.same_memory(o, final)]
+    if not shared:
+        return None
+    if ctx.training:
+        return Reason.SAVED_OUTPUT
+    if all(analysis.version.get(o) == analysis.version.get(final) for o in shared):
+        return None
+    return Reason.RETURNED_INPUT
 
 
 def _overwritten_output(ctx: _Pass, own: fx.Node | None, copy: fx.Node) -> fx.Node | None:
@@ -210,38 +281,6 @@ def _decide(q: _Query) -> tuple[Reason, str]:
         if verdict is not None:
             return verdict
     return Reason.INPLACE, ""
-
-
-def _view_of_input(ctx: _Pass, node: fx.Node, buf: _Buffer, root: fx.Node) -> Reason | None:
-    """Why a buffer that is a view of graph input ``root`` must be cloned, or ``None``.
-
-    Note [Views of graph inputs]
-    A mutated view whose base the HOP could not see (a dtype view has no ``_base``:
-    ``kv[l].view(torch.float8_e4m3fn)``) is the HOP's buffer itself; the functional program
-    scatters its new value back into the input, and the graph copies that back into the input.
-    Writing the view in place writes the input before that copy-back, which is sound when the
-    copy-back exists (else the input must keep its old value): the scatters read around what
-    they replace (Note [Scatters read around what they replace]), every other later read of the
-    old input is checked like any other buffer's, and each scatter of the written view into
-    itself is then removed (``_fold_scatters``). Under Inductor every such scatter must fold
-    (Inductor cannot lower a scatter of a dtype view of an input's view). The value copied back
-    must not also be an output (it would become the input itself, pytorch#195451; in a training
-    graph, rule 4 of ``reinplace``).
-    """
-    copy = ctx.epilogue.get(root)
-    if copy is None or not _is_view_chain(buf.node, root):
-        return Reason.VIEW_OF_INPUT
-    out = _output_of(node, buf)
-    if ctx.for_inductor and out is not None and not _all_scatters_fold(ctx.analysis, out, buf.node):
-        return Reason.VIEW_OF_INPUT
-    if any(ctx.analysis.same_memory(o, copy.args[1]) for o in ctx.outputs):
-        # As for a whole input: the output would be the input itself (pytorch#195451).
-        return Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT
-    if ctx.training and any(ctx.analysis.same_memory(o, root) for o in ctx.outputs):
-        return Reason.SAVED_OUTPUT
-    if _overwritten_output(ctx, out, copy) is not None:
-        return Reason.RETURNED_VERSION
-    return None
 
 
 # Aten ops Inductor runs as extern kernels at their place in the program (reads by them are

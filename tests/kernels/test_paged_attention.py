@@ -143,6 +143,8 @@ def _bad_inputs():
     yield "num_seqs", (*good[:4], block_tables[:1], *good[5:]), ValueError, "num_seqs"
     expanded = out[:, :1].expand_as(out)
     yield "overlapping out", (expanded, *good[1:]), ValueError, "internal overlap"
+    q_int = query.to(torch.int32)  # and out made like it: the message names the query
+    yield "query int", (torch.empty_like(q_int), q_int, *good[2:]), TypeError, "query must be"
 
 
 BAD_INPUTS = list(_bad_inputs())

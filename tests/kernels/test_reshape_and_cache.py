@@ -192,6 +192,17 @@ def test_reshape_and_cache_kernel_masks_out_of_range_slots(bad_slot, guarded, un
 
 
 @pytest.mark.parametrize("bad_slot", BAD_SLOTS)
+def test_reference_follows_the_kernel_on_out_of_range_slots(bad_slot, guarded, unchecked):
+    # The reference is the kernel's contract on any slot_mapping: a bad slot is skipped, as the
+    # unchecked kernel skips it (it used to raise a bare IndexError on -(2**40)).
+    kv, args = _guarded_case(guarded, bad_slot)
+    expected = kv.tensor.clone()
+    reshape_and_cache_ref(*args[:2], expected[0], expected[1], args[4])
+    reshape_and_cache(*args)
+    assert torch.equal(kv.tensor, expected)
+
+
+@pytest.mark.parametrize("bad_slot", BAD_SLOTS)
 @pytest.mark.parametrize("fn", [reshape_and_cache, reshape_and_cache_op], ids=["launcher", "op"])
 def test_reshape_and_cache_reports_first_bad_slot(fn, bad_slot, guarded, checked):
     # Checked (CPU tensors, or AUTOFUNC_KERNEL_CHECKS=1 on a GPU): a ValueError naming the first

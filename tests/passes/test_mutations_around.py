@@ -1,0 +1,95 @@
+"""Other mutations of the memory a call writes (issue 18): native in-place ops and collectives
+after the call (Note [Copied back later]), and views of a mutated input returned to the caller
+(Note [Outputs AOTAutograd regenerates from inputs])."""
+
+import pytest
+import torch
+
+from autofunc import Reason
+from autofunc.bench import corpus
+from autofunc.passes.reinplace import reinplace
+from autofunc.testing import compile_capture, run_against_eager
+
+IN_PLACE = {
+    # the copy-back is of kv[1, 0] * 2 scattered into the last call's value, not that value
+    "kv_then_native_inplace": 2,
+    "native_inplace_after": 1,
+    # AOTAutograd returns kv[0] as a view of the caller's kv, whatever the graph holds
+    "kv_returned_view": 2,
+    # the copy is the program's own: the output is fresh, and no call's value is returned
+    "kv_returned_copy": 2,
+}
+
+
+def _run(name):
+    program = corpus.PROGRAMS[name]
+    compiled, captured = compile_capture(program.fn)
+    check = run_against_eager(program.fn, compiled, program.inputs())
+    assert check.correct, check.mismatch
+    return check, captured
+
+
+@pytest.mark.parametrize("name", sorted(IN_PLACE))
+def test_written_in_place(strategy, name):
+    check, captured = _run(name)
+    assert [d.reason for d in captured.report.decisions] == [Reason.INPLACE] * IN_PLACE[name]
+    assert captured.report.num_clones == 0
+
+
+def _shares_storage(a, b):
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("name, aliases", [("kv_returned_view", True), ("kv_returned_copy", False)])
+def test_returned_views_alias_as_in_eager(strategy, name, aliases):
+    check, _ = _run(name)
+    assert _shares_storage(check.expected, check.eager_inputs[0]) is aliases
+    assert _shares_storage(check.got, check.inputs[0]) is aliases
+
+
+def test_outside_a_compile_a_returned_view_is_copied_at_the_end():
+    # Given the graph by hand, the pass cannot know that AOTAutograd regenerates the output
+    # from the input, so it treats kv[0] as a fresh output: the cache is written in place and
+    # the output copied at the end (Note [Returned values of written inputs]), 1/2 of the
+    # cache instead of a clone of all of it.
+    program = corpus.PROGRAMS["kv_returned_view"]
+    regs = corpus.register_all("v2")
+    try:
+        compiled, captured = compile_capture(program.fn, reinplace_pass=False)
+        compiled(*program.inputs())
+    finally:
+        for r in regs:
+            r.remove()
+    gm = captured.modules[0]
+    report = reinplace(gm, is_inference=True)
+    assert [d.reason for d in report.decisions] == [Reason.INPLACE] * 2
+    (returned,) = gm.graph.output_node().args[0]
+    assert returned.target is torch.ops.aten.clone.default
+    assert returned.args[0].args[0].op == "placeholder"  # select(kv, 0, 0), after the writes
+
+
+def test_in_training_a_returned_value_of_a_written_input_keeps_its_clone():
+    # the output may be saved for the backward, which AOTAutograd may let overwrite it
+    program = corpus.PROGRAMS["kv_returned_view"]
+    regs = corpus.register_all("v2")
+    try:
+        compiled, captured = compile_capture(program.fn, reinplace_pass=False)
+        compiled(*program.inputs())
+    finally:
+        for r in regs:
+            r.remove()
+    report = reinplace(captured.modules[0], is_inference=False)
+    assert [d.reason for d in report.decisions] == [Reason.SAVED_OUTPUT, Reason.INPLACE]
+
+
+def test_native_inplace_op_then_call_reads_the_new_value(strategy):
+    # the reverse order: the call writes the memory a native op wrote first
+    def fn(x, y):
+        x.mul_(2)
+        corpus.add_(x[1], y)
+        return x.sum()
+
+    compiled, captured = compile_capture(fn)
+    check = run_against_eager(fn, compiled, (torch.randn(4, 8), torch.randn(8)))
+    assert check.correct, check.mismatch
+    assert captured.report.num_clones == 0
