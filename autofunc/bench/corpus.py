@@ -475,6 +475,16 @@ def kv_returned_copy(kv, rows, index):
     return kv[0].clone()
 
 
+@program(
+    lambda: (torch.zeros(256, 256), torch.randn(256, 256), torch.randn(256)),
+    "an input copied into another, then mutated: dst[:] = src; add_(src[1], y)",
+    necessary_bytes=0,  # the copy into dst moves before the call (the built-in v2 is wrong here)
+)
+def copy_then_call(dst, src, y):
+    dst[:] = src
+    add_(src[1], y)
+
+
 # -- dtype views (Note [Dtype views]): an fp8 KV cache kept as uint8 storage, as in vLLM ---------
 
 _FP8 = getattr(torch, "float8_e4m3fn", None)

@@ -141,26 +141,91 @@ def _keep_old_copy_sources(graph: fx.Graph) -> None:
     such a source is copied where it is defined, before anything writes it; the copy is a lazy
     read Inductor realizes when the input is mutated, and the analysis sees it as a read of the
     old value (the op then writes ``src`` only if that is still sound)."""
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    first_write: dict[fx.Node, int] = {}
+    order: dict[fx.Node, float] = {n: i for i, n in enumerate(graph.nodes)}
+    first_write: dict[fx.Node, float] = {}
     copies = list(graph.find_nodes(op="call_function", target=_aten.copy_.default))
     for n in copies:
         dst = n.args[0]
         if isinstance(dst, fx.Node) and dst.op == "placeholder":
             first_write.setdefault(dst, order[n])
+    inputs = graph.find_nodes(op="placeholder")
     for n in copies:
-        src = n.args[1]
-        if not isinstance(src, fx.Node) or not isinstance(n.args[0], fx.Node):
+        src, dst = n.args[1], n.args[0]
+        if not isinstance(src, fx.Node) or not isinstance(dst, fx.Node):
             continue
         base = _view_base(src)
-        if base is _view_base(n.args[0]) or first_write.get(base, order[n]) >= order[n]:
+        if base is _view_base(dst) or base.op != "placeholder":
             continue
-        inputs = graph.find_nodes(op="placeholder")
+        if _hoist_copy(n, base, order, inputs):
+            continue
+        if first_write.get(base, order[n]) >= order[n]:
+            continue
         anchor = src if not inputs or order[src] > order[inputs[-1]] else inputs[-1]
         with graph.inserting_after(anchor):
             old = graph.call_function(_aten.clone.default, (src,))
         old.meta["val"] = src.meta["val"].clone()
         n.replace_input_with(src, old)
+
+
+def _hoist_copy(
+    copy: fx.Node, base: fx.Node, order: dict[fx.Node, float], inputs: list[fx.Node]
+) -> bool:
+    """Move the epilogue ``copy_(dst, src)`` of an input ``dst`` to before anything may write
+    ``src``'s input ``base``, where that is sound; returns whether it was moved.
+
+    Note [Copies moved before the writes]
+    ``dst[:] = src; op(src)`` copies ``src``'s old value into ``dst`` at the end of the graph,
+    after the op; kept there, the copy is a read of the old ``src`` after the call, and the op
+    must write a clone of it. Nothing orders the copy that late but the functional form: ``dst``
+    is the graph's to write once nothing reads its old value any more. So the copy moves to
+    just after the last reader of ``dst`` (and ``src``'s definition), when that is before the
+    first node that may write ``base``'s memory: a mutation node taking it or a view of it, a
+    copy into it, or a scatter into it that Inductor may re-inplace. Inductor lowers a copy into
+    an input wherever it stands and orders later writes of ``src`` after it.
+    """
+    dst = copy.args[0]
+    if dst.op != "placeholder":
+        return False
+    first_writer = min(
+        (order[u] for u in _users_through_views(base) if _may_write(u, base)), default=None
+    )
+    if first_writer is None or first_writer > order[copy]:
+        return False  # nothing writes ``src`` before the copy reads it
+    readers = [u for u in _users_through_views(dst) if u is not copy]
+    anchor = max([copy.args[1], inputs[-1], *readers], key=order.__getitem__)
+    if order[anchor] >= first_writer:
+        return False
+    anchor.append(copy)
+    order[copy] = order[anchor] + 0.5  # between the anchor and the node after it
+    return True
+
+
+def _users_through_views(node: fx.Node) -> list[fx.Node]:
+    """The nodes that use ``node`` or a chain of views of it (the views themselves included)."""
+    out, todo, seen = [], [node], {node}
+    while todo:
+        for user in todo.pop().users:
+            if user in seen:
+                continue
+            seen.add(user)
+            out.append(user)
+            if user.op == "call_function" and user.target in VIEW_OPS:
+                todo.append(user)
+    return out
+
+
+def _may_write(user: fx.Node, base: fx.Node) -> bool:
+    """Whether ``user`` (a user of ``base`` or of a view of it) may write ``base``'s memory once
+    the pass and Inductor's re-inplacing have run."""
+    from ..hops.adapter import mutation_targets
+
+    if user.op != "call_function":
+        return False
+    if user.target in mutation_targets() or isinstance(user.target, torch._ops.HigherOrderOperator):
+        return True
+    if user.target is _aten.copy_.default or user.target in _INDUCTOR_INPLACEABLE:
+        return _view_base(user.args[0]) is base
+    return isinstance(user.target, torch._ops.OpOverload) and user.target._schema.is_mutable
 
 
 # Functional ops that Inductor's own re-inplacing (which runs after this pass) may turn into a

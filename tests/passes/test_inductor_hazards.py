@@ -59,6 +59,63 @@ def test_copy_of_input_then_op_mutates_it(strategy):
     check_inductor(copy_then_mutate, torch.zeros(3, 4), _grid())
 
 
+# Note [Copies moved before the writes]: the copy into dst moves before the call, which then
+# writes src in place; where dst is read later, or src is written before, the copy stays.
+
+
+def copy_then_mutate_row(dst, src):
+    dst[:] = src
+    add_one(src[1])
+
+
+def read_dst_copy_then_mutate(dst, src):
+    before = dst * 2  # a lazy read of dst's old value, before the copy
+    dst[:] = src
+    add_one(src[1])
+    return before
+
+
+def copy_then_mutate_then_read_dst(dst, src):
+    dst[:] = src
+    add_one(src[1])
+    return dst + 1  # dst holds src's old value
+
+
+def copy_then_mutate_both(dst, src):
+    dst[:] = src
+    add_one(src[1])
+    add_one(dst[0])  # dst is written after src was, from src's old value
+
+
+def mutate_then_copy(dst, src):
+    add_one(src[1])
+    dst[:] = src  # the new value: nothing to move
+    return dst.sum()
+
+
+@pytest.mark.parametrize(
+    "fn, clones",
+    [
+        (copy_then_mutate_row, 0),
+        (read_dst_copy_then_mutate, 0),
+        (copy_then_mutate_then_read_dst, None),  # dst + 1 is a lazy read of src's old value
+        # the second call writes dst's value, which Inductor's remove_noop_ops has made src's
+        # old value itself: it needs a copy of it (the one the program makes into dst)
+        (copy_then_mutate_both, None),
+        (mutate_then_copy, 0),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
+def test_copy_of_an_input_moves_before_the_call(strategy, fn, clones):
+    from autofunc.inductor import collect_reports
+
+    with inductor_config.patch(fx_graph_cache=False), collect_reports() as reports:
+        check_inductor(fn, torch.zeros(3, 4), _grid())
+    assert reports  # compiled here, not served from a cache
+    if clones is not None:
+        assert sum(r.num_clones for r in reports) == clones
+
+
 # -- a scatter result the op mutates, copied back into the input and returned (#195451 class) -
 
 
