@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from autofunc import Reason
 from autofunc.bench import corpus
 from autofunc.testing import compile_capture, same_result
 
@@ -31,11 +32,12 @@ def _compile(fn, backend):
 @pytest.mark.parametrize("fn", [_whole_buffer, _row_of_buffer])
 @pytest.mark.parametrize("backend", ["aot_eager", "capture", "inductor"])
 def test_grad_with_mutated_buffer(fn, backend, strategy):
-    # Writing the whole buffer in place would make the forward's saved output (the new buf) the
-    # user's tensor, which AOTAutograd may donate to the backward: the pass keeps that clone
-    # (Reason.SAVED_OUTPUT). In the row case under v1, Inductor's own re-inplacing of the
-    # select_scatter onto the input would do the same; the pass returns that output as a copy
-    # (Note [Returned scatters under Inductor]).
+    # Writing the whole buffer in place makes the forward's saved output (the new buf) the
+    # user's tensor, which AOTAutograd may donate to the backward: inside a compile the pass
+    # takes it out of the donated buffers (Note [Saved values of written inputs]); where it
+    # cannot, it keeps the clone (Reason.SAVED_OUTPUT). In the row case under v1, Inductor's own
+    # re-inplacing of the select_scatter onto the input would do the same; the pass returns
+    # that output as a copy (Note [Returned scatters under Inductor]).
     x = torch.randn(3, 4, requires_grad=True)
     buf = torch.randn(3, 4)
     x_eager = x.detach().clone().requires_grad_()
@@ -124,3 +126,51 @@ def test_sgd_training_loop(backend, strategy):
     # The loop did train: the parameters moved.
     torch.manual_seed(0)
     assert not torch.equal(model.lin.weight, _Model().lin.weight)
+
+
+# -- a buffer whose new value the forward saves for the backward (Note [Saved values of written
+# inputs]): written in place, and kept out of the memory the backward may reuse ----------------
+
+
+def _saved_counts(x, counts):
+    h = x.sin()
+    corpus.add_(counts, h.detach().abs())  # MoE-style token counts
+    return (h * counts).sum()  # saves the new counts for the backward
+
+
+def _inductor_compile(fn):
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    from autofunc.inductor import collect_reports
+
+    with (
+        inductor_config.patch(fx_graph_cache=False),
+        functorch_config.patch(enable_autograd_cache=False),
+        collect_reports() as reports,
+    ):
+        x = torch.randn(16, 16, requires_grad=True)
+        counts = torch.zeros(16, 16)
+        x_eager, counts_eager = x.detach().clone().requires_grad_(), counts.clone()
+        _saved_counts(x_eager, counts_eager).backward()
+        loss = torch.compile(fn, fullgraph=True)(x, counts)
+        loss.backward()
+    return reports, (x, counts), (x_eager, counts_eager)
+
+
+def test_saved_buffer_written_in_place(strategy):
+    reports, (x, counts), (x_eager, counts_eager) = _inductor_compile(_saved_counts)
+    (forward,) = [r for r in reports if r.calls]
+    assert [d.reason for d in forward.decisions] == [Reason.INPLACE]
+    torch.testing.assert_close(x.grad, x_eager.grad)
+    torch.testing.assert_close(counts, counts_eager)  # after the backward too
+
+
+def test_saved_buffer_changed_before_backward_raises_as_in_eager(strategy):
+    # The saved tensor is the caller's buffer, so autograd's version check sees the change.
+    for fn in (_saved_counts, torch.compile(_saved_counts, fullgraph=True)):
+        x, counts = torch.randn(4, 4, requires_grad=True), torch.zeros(4, 4)
+        loss = fn(x, counts)
+        counts.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()

@@ -27,7 +27,7 @@ PROGRAMS = {
     "kv_then_native_inplace": 0,
     "kv_returned_view": 0,
     "kv_returned_copy": 0,
-    "copy_then_call": 0,  # the copy into dst moves before the call (the built-in v2 is wrong)
+    "copy_then_call": 0,  # the copy into dst moves before the call (the built-in copies src)
 }
 
 

@@ -478,11 +478,21 @@ def kv_returned_copy(kv, rows, index):
 @program(
     lambda: (torch.zeros(256, 256), torch.randn(256, 256), torch.randn(256)),
     "an input copied into another, then mutated: dst[:] = src; add_(src[1], y)",
-    necessary_bytes=0,  # the copy into dst moves before the call (the built-in v2 is wrong here)
+    necessary_bytes=0,  # the copy into dst moves before the call (the built-in v2 copies src)
 )
 def copy_then_call(dst, src, y):
     dst[:] = src
     add_(src[1], y)
+
+
+@program(
+    lambda: (torch.randn(64, 64, requires_grad=True), torch.zeros(64, 64)),
+    "training: token counts updated by a custom op and saved for backward (h * counts)",
+)
+def saved_counts(x, counts):
+    h = x.sin()
+    add_(counts, h.detach().abs())
+    return (h * counts).sum()
 
 
 # -- dtype views (Note [Dtype views]): an fp8 KV cache kept as uint8 storage, as in vLLM ---------

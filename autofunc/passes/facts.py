@@ -40,6 +40,22 @@ class _Pass:
     for_inductor: bool
     # graph inputs some call writes in place (Note [Returned values of written inputs])
     written_inputs: set[fx.Node] = dataclasses.field(default_factory=set)
+    # the forward's saved tensors, where known (Note [Saved values of written inputs])
+    saved: SavedTensors | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedTensors:
+    """Where a training forward graph returns the tensors it saves for the backward, and the
+    list of those the backward may reuse the memory of (AOTAutograd's ``bw_donated_idxs``,
+    shared with the backward's compile: dropping an index keeps that tensor's memory)."""
+
+    positions: range  # of the graph's flat outputs
+    first_index: int  # the donated index of the tensor at ``positions[0]``
+    donated: list[int]
+
+    def donated_index(self, position: int) -> int:
+        return self.first_index + position - self.positions.start
 
 
 # -- step 1: what each call writes ------------------------------------------------------------
@@ -123,6 +139,32 @@ def _output_nodes(graph: fx.Graph) -> list[fx.Node]:
     ]
 
 
+def _saved_tensors(out: fx.Node) -> SavedTensors | None:
+    """The saved tensors of the training forward graph being compiled (Note [Saved values of
+    written inputs]), or ``None`` outside a compile or where AOTAutograd's metadata lacks them."""
+    try:
+        from torch._guards import TracingContext
+
+        meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+        donated = getattr(meta, "bw_donated_idxs", None)
+        saved = meta.tensors_saved_for_backwards_slice if meta is not None else None
+        symints = getattr(meta, "num_symints_saved_for_bw", None)
+    except (ImportError, AssertionError, AttributeError):
+        return None
+    if not isinstance(donated, list) or not isinstance(saved, slice) or symints is None:
+        return None
+    flat = out.args[0] if len(out.args) == 1 else None
+    if not isinstance(flat, (tuple, list)):
+        return None
+    return SavedTensors(range(*saved.indices(len(flat))), symints, donated)
+
+
+def _output_positions(out: fx.Node, node: fx.Node) -> list[int]:
+    """Where ``node`` stands among the graph's flat outputs."""
+    flat = out.args[0] if len(out.args) == 1 and isinstance(out.args[0], (tuple, list)) else ()
+    return [i for i, a in enumerate(flat) if a is node]
+
+
 def _outputs_regenerated_from_inputs(out: fx.Node) -> frozenset[int]:
     """Positions of the graph's outputs that AOTAutograd replaces by the caller's input (or a
     view of it) at run time; empty when that is not known.
@@ -139,8 +181,8 @@ def _outputs_regenerated_from_inputs(out: fx.Node) -> frozenset[int]:
     AOTInductor, a graph given to the pass by hand) no output is exempt.
     """
     try:
-        from torch._guards import TracingContext
         from torch._functorch._aot_autograd.schemas import OutputType
+        from torch._guards import TracingContext
         from torch._inductor.virtualized import V
 
         if V.aot_compilation:

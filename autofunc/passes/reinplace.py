@@ -53,6 +53,7 @@ from .facts import (
     _output_nodes,
     _outputs_regenerated_from_inputs,
     _Pass,
+    _saved_tensors,
     _written,
 )
 from .inductor_repairs import (
@@ -144,12 +145,14 @@ def reinplace(
         enable=enable,
         training=not is_inference,
         for_inductor=for_inductor,
+        saved=None if is_inference else _saved_tensors(gm.graph.output_node()),
     )
     for node in hops:
         # Read again: rewriting an earlier call replaced the nodes this one takes.
         report.calls.append(_rewrite_call(ctx, node, adapter_for(node.target).read(node)))
     _remove_self_copies(gm.graph)
     _copy_returned_inputs(ctx)
+    _keep_saved_inputs(ctx)
     if for_inductor:
         _separate_outputs_from_inputs(ctx)
         share_input_views(gm.graph)  # fewer view nodes for Inductor to lower
@@ -300,9 +303,12 @@ def _copy_returned_inputs(ctx: _Pass) -> None:
     regenerated = _outputs_regenerated_from_inputs(out)
     clones: dict[fx.Node, fx.Node] = {}
 
+    saved = ctx.saved.positions if ctx.saved is not None else ()
+
     def separate(i: int, arg: Any) -> Any:
         if (
             i in regenerated
+            or i in saved  # Note [Saved values of written inputs]
             or not isinstance(arg, fx.Node)
             or arg not in analysis.version
             or not any(analysis.same_memory(arg, p) for p in ctx.written_inputs)
@@ -318,6 +324,25 @@ def _copy_returned_inputs(ctx: _Pass) -> None:
         out.args = (type(flat)(separate(i, a) for i, a in enumerate(flat)),)
     else:
         out.args = fx.node.map_arg(out.args, lambda a: separate(-1, a))
+
+
+def _keep_saved_inputs(ctx: _Pass) -> None:
+    """Keep the backward from reusing the memory of a saved tensor that a call wrote into a
+    graph input in place (Note [Saved values of written inputs])."""
+    saved = ctx.saved
+    if saved is None or not ctx.written_inputs:
+        return
+    flat = ctx.gm.graph.output_node().args[0]
+    analysis = ctx.analysis
+    drop = {
+        saved.donated_index(p)
+        for p in saved.positions
+        if isinstance(flat[p], fx.Node)
+        and flat[p] in analysis.version
+        and any(analysis.same_memory(flat[p], i) for i in ctx.written_inputs)
+    }
+    if drop:
+        saved.donated[:] = [i for i in saved.donated if i not in drop]
 
 
 def _remove_self_copies(graph: fx.Graph) -> None:

@@ -16,7 +16,15 @@ from ..hops.adapter import Mutation
 from ..regions import Region
 from ..symbolic import contiguous_or_false, overlaps_itself
 from .alias import SCATTER_VIEWS
-from .facts import _aliased_args, _Buffer, _other_tensor_args, _output_of, _Pass, _written
+from .facts import (
+    _aliased_args,
+    _Buffer,
+    _other_tensor_args,
+    _output_of,
+    _output_positions,
+    _Pass,
+    _written,
+)
 from .report import Reason
 from .scatters import _SAME_BYTES, _all_scatters_fold, _is_view_chain
 
@@ -196,11 +204,35 @@ def _returned_copy_back(ctx: _Pass, copy: fx.Node) -> Reason | None:
     shared = [o for o in ctx.outputs if analysis.same_memory(o, final)]
     if not shared:
         return None
-    if ctx.training:
+    if not all(analysis.version.get(o) == analysis.version.get(final) for o in shared):
+        return Reason.SAVED_OUTPUT if ctx.training else Reason.RETURNED_INPUT
+    if ctx.training and not _only_saved(ctx, shared):
         return Reason.SAVED_OUTPUT
-    if all(analysis.version.get(o) == analysis.version.get(final) for o in shared):
-        return None
-    return Reason.RETURNED_INPUT
+    return None
+
+
+def _only_saved(ctx: _Pass, outputs: list[fx.Node]) -> bool:
+    """Whether the forward returns each of ``outputs`` only as a tensor it saves for the
+    backward, where the pass can keep the backward from reusing its memory.
+
+    Note [Saved values of written inputs]
+    A training forward returns the tensors its backward needs (``h * buf`` saves the new
+    ``buf``), and AOTAutograd lets the backward reuse the memory of those it deems its own
+    (``bw_donated_idxs``: fresh in the functional graph). Written in place, the saved new value
+    is the caller's buffer, which the backward would then overwrite (PyTorch's built-in does
+    exactly that: the buffer is wrong after ``backward()``). When every output in that memory
+    is such a saved tensor and is the value copied back, the pass writes in place and drops the
+    tensor from ``bw_donated_idxs`` (``_keep_saved_inputs``): the backward reads the buffer, as
+    eager's backward reads the tensor it saved. A user output there keeps the clone.
+    """
+    saved = ctx.saved
+    if saved is None:
+        return False
+    out = ctx.gm.graph.output_node()
+    return all(
+        (places := _output_positions(out, o)) and all(p in saved.positions for p in places)
+        for o in outputs
+    )
 
 
 def _overwritten_output(ctx: _Pass, own: fx.Node | None, copy: fx.Node) -> fx.Node | None:
