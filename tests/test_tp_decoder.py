@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from autofunc.bench import corpus
 
 _EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tp_decoder.py"
 
@@ -28,7 +31,10 @@ def _example():
 
 
 def _rank(rank: int, world: int, port: int, runs: list) -> None:
+    import torch._inductor.config as inductor_config
+
     os.environ["TRITON_INTERPRET"] = "1"
+    inductor_config.compile_threads = 1  # no compile workers to tear down at exit
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
@@ -52,3 +58,73 @@ def test_two_ranks_every_all_reduce_form():
     # (the same pass on AOTAutograd's graphs; a third of the compile time)
     runs = [("inplace", "inductor"), ("functional", "aot_eager"), ("custom", "aot_eager")]
     mp.start_processes(_rank, args=(2, _free_port(), runs), nprocs=2, start_method="spawn")
+
+
+class _CountingModel(torch.nn.Module):
+    """Two linears and buffers a mutable op updates (MoE-style token counts and a running
+    mean), one of them saved for the backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+        self.register_buffer("counts", torch.zeros(4, 8))
+        self.register_buffer("mean", torch.zeros(8))
+
+    def forward(self, x):
+        h = self.a(x).relu()
+        corpus.add_(self.counts, h.detach().abs())
+        corpus.add_(self.mean, h.detach().mean(0) * 0.1)
+        return (self.b(h) * self.counts).sum() + self.mean.sum()
+
+
+def _ddp_rank(rank: int, world: int, port: int) -> None:
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from autofunc.inductor import collect_reports
+
+    inductor_config.fx_graph_cache = False  # a cached graph runs no post-grad pass
+    inductor_config.compile_threads = 1  # no compile workers to tear down at exit
+    functorch_config.enable_autograd_cache = False
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        for strategy in ("v1", "v2"):
+            regs = corpus.register_all(strategy)
+            try:
+                torch.manual_seed(0)
+                eager, model = _CountingModel(), _CountingModel()
+                model.load_state_dict(eager.state_dict())
+                ddp_eager, ddp = DDP(eager), DDP(model)
+                compiled = torch.compile(ddp)
+                opt_eager = torch.optim.SGD(ddp_eager.parameters(), lr=0.1)
+                opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+                with collect_reports() as reports:
+                    for step in range(2):
+                        g = torch.Generator().manual_seed(rank + step)
+                        x = torch.randn(4, 8, generator=g)
+                        for run, o in ((ddp_eager, opt_eager), (compiled, opt)):
+                            o.zero_grad()
+                            run(x).backward()
+                            o.step()
+                decisions = [d.reason.name for r in reports for d in r.decisions]
+                print(f"rank {rank} {strategy} decisions: {decisions}", flush=True)
+                assert len(decisions) >= 2, decisions  # both buffer updates reached the pass
+                for key, value in eager.state_dict().items():
+                    torch.testing.assert_close(
+                        model.state_dict()[key], value, msg=f"rank {rank} {strategy} {key}"
+                    )
+            finally:
+                for r in regs:
+                    r.remove()
+                torch._dynamo.reset()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_ddp_training_with_buffers_updated_by_mutable_ops():
+    mp.start_processes(_ddp_rank, args=(2, _free_port()), nprocs=2, start_method="spawn")

@@ -151,6 +151,8 @@ def _saved_tensors(out: fx.Node) -> SavedTensors | None:
         symints = getattr(meta, "num_symints_saved_for_bw", None)
     except (ImportError, AssertionError, AttributeError):
         return None
+    if donated is None and meta is not None and not torch._functorch.config.donated_buffer:
+        donated = []  # the backward reuses no saved tensor's memory
     if not isinstance(donated, list) or not isinstance(saved, slice) or symints is None:
         return None
     flat = out.args[0] if len(out.args) == 1 else None
