@@ -27,7 +27,8 @@ PROGRAMS = {
     "kv_then_native_inplace": 0,
     "kv_returned_view": 0,
     "kv_returned_copy": 0,
-    "copy_then_call": 0,  # the copy into dst moves before the call (the built-in copies src)
+    "copy_then_call": 0,
+    "shared_storage_layers": 0,  # per-layer caches over one storage (the built-in clones none)  # the copy into dst moves before the call (the built-in copies src)
 }
 
 

@@ -495,6 +495,23 @@ def saved_counts(x, counts):
     return (h * counts).sum()
 
 
+def _shared_layer_inputs():
+    big = torch.zeros(2, 2, 256, 64)  # one allocation, handed over as two per-layer caches
+    return big[0], big[1], torch.randn(2, 64), torch.tensor([1, 5])
+
+
+@program(
+    _shared_layer_inputs,
+    "per-layer caches as separate inputs that are views of one storage (vLLM's KV buffers)",
+    necessary_bytes=520,  # rows * 2 and the sums, as eager; each layer's cache is 128 KiB
+)
+def shared_storage_layers(k0, k1, rows, index):
+    write_rows(k0[0], rows, index)
+    write_rows(k1[0], rows * 2, index)
+    write_rows(k1[1], rows, index)
+    return rows.sum() + k0[1].sum()
+
+
 # -- dtype views (Note [Dtype views]): an fp8 KV cache kept as uint8 storage, as in vLLM ---------
 
 _FP8 = getattr(torch, "float8_e4m3fn", None)

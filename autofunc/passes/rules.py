@@ -15,7 +15,7 @@ import torch.fx as fx
 from ..hops.adapter import Mutation
 from ..regions import Region
 from ..symbolic import contiguous_or_false, overlaps_itself
-from .alias import SCATTER_VIEWS
+from .alias import SCATTER_VIEWS, VIEW_OPS
 from .facts import (
     _aliased_args,
     _Buffer,
@@ -135,6 +135,7 @@ def _graph_input(q: _Query) -> Verdict:
     ctx, root = q.ctx, q.root
     if root.op != "placeholder":
         return None
+    root = _own_input(q.buf.node, root)
     copy = ctx.epilogue.get(root)
     if copy is None or ctx.analysis.position[copy] < ctx.analysis.position[q.node]:
         return Reason.GRAPH_INPUT, root.name
@@ -149,6 +150,24 @@ def _graph_input(q: _Query) -> Verdict:
     if returned is not None:
         return Reason.RETURNED_VERSION, f"{root.name}, by {returned.name}"
     return None
+
+
+def _own_input(node: fx.Node, root: fx.Node) -> fx.Node:
+    """The graph input ``node`` is (a view of), where that is another input than ``root``, the
+    first input of its storage; else ``root``.
+
+    Note [Inputs that share a storage]
+    Inputs that are views of one storage (vLLM's per-layer caches, slices of one buffer) reach
+    the graph as placeholders of one fake storage, so the analysis puts them in one version
+    rooted at the first, and compares their regions like those of views of one input. Each is
+    still a graph input of its own: AOTAutograd copies its final value back into it (not into
+    the first), and inputs that overlap would have been merged into one synthetic base. So a
+    buffer in the second one is judged by that input's copy-back.
+    """
+    base = node
+    while base.op == "call_function" and base.target in VIEW_OPS and base.args:
+        base = base.args[0]
+    return base if base.op == "placeholder" else root
 
 
 def _view_of_input(

@@ -18,6 +18,9 @@ IN_PLACE = {
     "kv_returned_view": 2,
     # the copy is the program's own: the output is fresh, and no call's value is returned
     "kv_returned_copy": 2,
+    # two inputs over one storage: each is judged by its own copy-back (Note [Inputs that
+    # share a storage])
+    "shared_storage_layers": 3,
 }
 
 
@@ -32,8 +35,12 @@ def _run(name):
 @pytest.mark.parametrize("name", sorted(IN_PLACE))
 def test_written_in_place(strategy, name):
     check, captured = _run(name)
-    assert [d.reason for d in captured.report.decisions] == [Reason.INPLACE] * IN_PLACE[name]
-    assert captured.report.num_clones == 0
+    expected = [Reason.INPLACE] * IN_PLACE[name]
+    if strategy == "v1" and name == "shared_storage_layers":
+        # v1 scatters k1[0]'s clone back into k1, reading k1 around row 0, where the next call
+        # writes k1[1] (as for two_disjoint in test_reinplace.py)
+        expected[1] = Reason.READ_LATER
+    assert [d.reason for d in captured.report.decisions] == expected
 
 
 def _shares_storage(a, b):
@@ -93,3 +100,16 @@ def test_native_inplace_op_then_call_reads_the_new_value(strategy):
     check = run_against_eager(fn, compiled, (torch.randn(4, 8), torch.randn(8)))
     assert check.correct, check.mismatch
     assert captured.report.num_clones == 0
+
+
+def overlapping_inputs(a, b, y):
+    corpus.add_(a[1], y)  # a[1] is b[0]: AOTAutograd merges a and b into one synthetic base
+    corpus.add_(b[1], y)
+    return a.sum() + b.sum()
+
+
+def test_inputs_that_overlap(strategy):
+    big = torch.randn(4, 8)
+    compiled, captured = compile_capture(overlapping_inputs)
+    check = run_against_eager(overlapping_inputs, compiled, (big[0:2], big[1:3], torch.randn(8)))
+    assert check.correct, check.mismatch
