@@ -54,12 +54,9 @@ def test_returned_views_alias_as_in_eager(strategy, name, aliases):
     assert _shares_storage(check.got, check.inputs[0]) is aliases
 
 
-def test_outside_a_compile_a_returned_view_is_copied_at_the_end():
-    # Given the graph by hand, the pass cannot know that AOTAutograd regenerates the output
-    # from the input, so it treats kv[0] as a fresh output: the cache is written in place and
-    # the output copied at the end (Note [Returned values of written inputs]), 1/2 of the
-    # cache instead of a clone of all of it.
-    program = corpus.PROGRAMS["kv_returned_view"]
+def _uncompiled_graph(name):
+    """The forward graph of a corpus program (v2) before the pass, to run the pass by hand."""
+    program = corpus.PROGRAMS[name]
     regs = corpus.register_all("v2")
     try:
         compiled, captured = compile_capture(program.fn, reinplace_pass=False)
@@ -67,7 +64,15 @@ def test_outside_a_compile_a_returned_view_is_copied_at_the_end():
     finally:
         for r in regs:
             r.remove()
-    gm = captured.modules[0]
+    return captured.modules[0]
+
+
+def test_outside_a_compile_a_returned_view_is_copied_at_the_end():
+    # Given the graph by hand, the pass cannot know that AOTAutograd regenerates the output
+    # from the input, so it treats kv[0] as a fresh output: the cache is written in place and
+    # the output copied at the end (Note [Returned values of written inputs]), 1/2 of the
+    # cache instead of a clone of all of it.
+    gm = _uncompiled_graph("kv_returned_view")
     report = reinplace(gm, is_inference=True)
     assert [d.reason for d in report.decisions] == [Reason.INPLACE] * 2
     (returned,) = gm.graph.output_node().args[0]
@@ -76,16 +81,9 @@ def test_outside_a_compile_a_returned_view_is_copied_at_the_end():
 
 
 def test_in_training_a_returned_value_of_a_written_input_keeps_its_clone():
-    # the output may be saved for the backward, which AOTAutograd may let overwrite it
-    program = corpus.PROGRAMS["kv_returned_view"]
-    regs = corpus.register_all("v2")
-    try:
-        compiled, captured = compile_capture(program.fn, reinplace_pass=False)
-        compiled(*program.inputs())
-    finally:
-        for r in regs:
-            r.remove()
-    report = reinplace(captured.modules[0], is_inference=False)
+    # outside a compile the pass cannot keep the backward from reusing a saved output's memory
+    # (Note [Saved values of written inputs]), so the clone stays
+    report = reinplace(_uncompiled_graph("kv_returned_view"), is_inference=False)
     assert [d.reason for d in report.decisions] == [Reason.SAVED_OUTPUT, Reason.INPLACE]
 
 
