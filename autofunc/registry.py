@@ -21,7 +21,7 @@ from . import guards
 from .errors import AutofuncError, UnsupportedOpError
 from .hops.common import may_overlap, normalize_args
 from .hops.v1 import functionalize_v1, inexact_slot, mutable_slots
-from .hops.v2 import functionalize_v2
+from .hops.v2 import eager_aliases, functionalize_v2
 from .schema import OpInfo, op_info, qualname, resolve
 
 __all__ = [
@@ -381,6 +381,13 @@ def _v1_needs_v2(ctx: Any, func: OpOverload, args: tuple, kwargs: dict) -> str |
     arg = inexact_slot(info, kw)
     if arg is not None:  # Note [Writing back unfold views] in hops/common.py
         return f"argument {arg} is an unfold view"
+    aliases = eager_aliases(info, kw)
+    if aliases:
+        # Note [Read arguments eager aliases] in hops/v2.py: v1 would hand the op a copy of
+        # the mutable argument and the old tensor as the read one, a call eager never made
+        # (an op that reads what it wrote gives another result); v2 passes one tensor for both.
+        read, mutable = aliases[0]
+        return f"read argument {read} is the tensor passed as {mutable}"
     return None
 
 

@@ -28,7 +28,9 @@ PROGRAMS = {
     "kv_returned_view": 0,
     "kv_returned_copy": 0,
     "copy_then_call": 0,
-    "shared_storage_layers": 0,  # per-layer caches over one storage (the built-in clones none)  # the copy into dst moves before the call (the built-in copies src)
+    "shared_storage_layers": 0,
+    # rope(q, k, q, k): the op reads and writes qkv in place, as in eager (was a copy of qkv)
+    "rope_in_place": 0,  # per-layer caches over one storage (the built-in clones none)  # the copy into dst moves before the call (the built-in copies src)
 }
 
 

@@ -28,6 +28,7 @@ EXPORT_PROGRAMS = [
     "unfold_gaps",
     "returns_its_argument",
     "returns_its_out",
+    "rope_in_place",  # the HOP's _aliases keyword (Note [Read arguments eager aliases])
 ]
 EXPORT_PROGRAMS = [p for p in EXPORT_PROGRAMS if p in corpus.PROGRAMS]  # torch-dependent
 # torch.export's own pytree code warns about LeafSpec; not ours.
@@ -170,7 +171,9 @@ for path in sys.argv[1:]:
     out = module(*case["inputs"])
     torch.save({"out": out, "inputs": case["inputs"]}, path + ".result")
 """
-SAVED_PROGRAMS = ["input_row", "list_arg", "two_overlapping", "returns_and_mutates"]
+SAVED_PROGRAMS = [
+    "input_row", "list_arg", "two_overlapping", "returns_and_mutates", "rope_in_place"
+]
 
 
 def _dynamic_slice(x):

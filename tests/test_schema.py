@@ -157,6 +157,12 @@ def test_one_bad_overload_rejects_the_whole_packet(lib):
     assert registered_strategy(f"{name}.bad") is None
 
 
+def test_the_aliases_keyword_is_reserved(lib):
+    name = _define(lib, "uses_aliases(Tensor(a!) x, int[] _aliases) -> ()")
+    with pytest.raises(autofunc.UnsupportedOpError, match="_aliases"):
+        autofunc.register(name)
+
+
 # -- bad register() arguments -------------------------------------------------------------------
 
 

@@ -90,6 +90,20 @@ def update_stats(running: torch.Tensor, x: torch.Tensor) -> None:
     running.mul_(0.9).add_(x.mean(0) * 0.1)
 
 
+@torch.library.custom_op(f"{_NS}::rope", mutates_args={"q_out", "k_out"})
+def rope(
+    q: torch.Tensor, k: torch.Tensor, q_out: torch.Tensor, k_out: torch.Tensor, cos: torch.Tensor
+) -> None:
+    """q_out = rotate(q), k_out = rotate(k): a rotary embedding whose outputs may be its inputs
+    (the in-place form ``rope(q, k, q, k, cos)`` of SGLang/FlashInfer); each half of a row is
+    read before either is written, so it is right in place"""
+    for src, dst in ((q, q_out), (k, k_out)):
+        half = src.shape[-1] // 2
+        a, b = src[..., :half].clone(), src[..., half:].clone()
+        dst[..., :half] = a * cos - b
+        dst[..., half:] = b * cos + a
+
+
 _lib = torch.library.Library(_NS, "FRAGMENT")
 _lib.define("bump(Tensor(a!) x) -> ()")
 _lib.define("bump.by(Tensor(a!) x, float by) -> ()")
@@ -154,6 +168,7 @@ OPS = (
     write_rows,
     write_rows_fp8,
     update_stats,
+    rope,
 )
 OP_NAMES = tuple(op._qualname for op in OPS) + tuple(
     f"{_NS}::{name}"
@@ -510,6 +525,17 @@ def shared_storage_layers(k0, k1, rows, index):
     write_rows(k1[0], rows * 2, index)
     write_rows(k1[1], rows, index)
     return rows.sum() + k0[1].sum()
+
+
+@program(
+    lambda: (torch.randn(64, 128), torch.randn(128, 3 * 256) * 0.1, torch.randn(128)),
+    "in-place rope on qkv.split views: rope(q, k, q_out=q, k_out=k), the SGLang form",
+)
+def rope_in_place(x, w, cos):
+    qkv = x @ w
+    q, k, v = qkv.split([256, 256, 256], dim=-1)
+    rope(q, k, q, k, cos)
+    return (q * k).sum(-1) + v.sum(-1)
 
 
 # -- dtype views (Note [Dtype views]): an fp8 KV cache kept as uint8 storage, as in vLLM ---------

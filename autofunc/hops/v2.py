@@ -41,6 +41,9 @@ __all__ = [
     "ViewsEntry",
     "encode_views",
     "decode_views",
+    "eager_aliases",
+    "encode_aliases",
+    "decode_aliases",
     "regenerate",
 ]
 
@@ -154,7 +157,7 @@ def regenerate(view: ArgView, bases: list[torch.Tensor]) -> torch.Tensor:
     return view.chain.shifted(base.storage_offset()).apply(base)
 
 
-def _v2_dense(_op: str, _bases: list, _views: tuple, **kwargs: Any) -> tuple:
+def _v2_dense(_op: str, _bases: list, _views: tuple, _aliases: tuple = (), **kwargs: Any) -> tuple:
     info = op_info(resolve(_op))
     new_bases = [clone_exact(b) for b in _bases]
     new_kwargs = dict(kwargs)
@@ -166,6 +169,8 @@ def _v2_dense(_op: str, _bases: list, _views: tuple, **kwargs: Any) -> tuple:
             ]
         else:
             new_kwargs[name] = None if view is None else distinct(regenerate(view, new_bases))
+    for read, mutable in decode_aliases(_aliases):  # Note [Read arguments eager aliases]
+        new_kwargs[read] = new_kwargs[mutable]
     out = info.op(**new_kwargs)
     return (*op_outputs(info, out), *new_bases)
 
@@ -254,18 +259,70 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
             entries.append([None if t is None else bases.view_of(t) for t in value])
         else:
             entries.append(bases.view_of(value))
+    aliases = eager_aliases(info, arguments)
+    for read, _ in aliases:
+        del kw[read]
     unwrapped = ctx.unwrap_tensors(kw)
+    extra = {"_aliases": encode_aliases(aliases)} if aliases else {}
     with ctx.redispatch_to_next():
         flat = auto_functionalized_v2(
             info.qualname,
             _bases=ctx.unwrap_tensors(bases.tensors),
             _views=encode_views(entries),
             **unwrapped,
+            **extra,
         )
     outs, new_bases = flat[: info.num_returns], flat[info.num_returns :]
     for old, new in zip(bases.tensors, new_bases, strict=True):
         write_back(ctx, old, new)
     return call_result(ctx, info, outs, arguments)
+
+
+def eager_aliases(info: OpInfo, arguments: dict) -> list[tuple[str, str]]:
+    """``(read, mutable)`` for each read-only tensor argument that is, in this call (its
+    arguments by name), the very object passed as a (single-tensor) mutable argument.
+
+    Note [Read arguments eager aliases]
+    An in-place kernel may take one tensor as both its input and its output
+    (``rope(q, k, q_rope=q, k_rope=k)``, the SGLang/FlashInfer in-place form): it reads and
+    writes one memory, which is its contract. Functionalized plainly, the op would read the old
+    ``q`` and write a copy, a call eager never made, and the re-inplace pass would have to keep
+    that copy (the read overlaps the write). So the read argument is not passed to the HOP at
+    all: ``_aliases`` names it and the mutable argument it is, and the HOP hands the op the
+    regenerated mutable tensor for both, whether it writes the base in place or a clone: the
+    aliasing eager had. Only identity counts (``is``): a read of a *copy* (``op(dst=x,
+    src=x.clone())``) stays a read of its own, which is what keeps the PR #198260 trap safe.
+    """
+    singles = {
+        a.name: arguments[a.name]
+        for a in info.mutable_args
+        if not a.kind.is_list and arguments.get(a.name) is not None
+    }
+    mutable_names = {a.name for a in info.mutable_args}
+    out = []
+    for name, value in arguments.items():
+        if name in mutable_names or not isinstance(value, torch.Tensor):
+            continue
+        same = next((m for m, t in singles.items() if t is value), None)
+        if same is not None:
+            out.append((name, same))
+    return out
+
+
+def encode_aliases(aliases: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """The ``_aliases`` keyword: ``"read=mutable"`` per read argument eager aliased."""
+    return tuple(f"{read}={mutable}" for read, mutable in aliases)
+
+
+def decode_aliases(wire: Sequence[str]) -> list[tuple[str, str]]:
+    """``_aliases`` -> ``[(read, mutable), ...]``."""
+    out = []
+    for item in wire:
+        read, sep, mutable = str(item).partition("=")
+        if not sep or not read or not mutable:
+            raise MalformedViewsError(f"malformed _aliases entry {item!r}")
+        out.append((read, mutable))
+    return out
 
 
 def _check_bases(info: OpInfo, kw: dict, bases: _Bases) -> None:
@@ -302,7 +359,9 @@ class V2Adapter:
 
     def read(self, node: Any) -> Mutation:
         info = op_info(resolve(node.args[0]))
-        kwargs = {k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views")}
+        kwargs = {
+            k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views", "_aliases")
+        }
         slots = []
         for name, entry in decode_views(info, node.kwargs["_views"]).items():
             if isinstance(entry, list):
@@ -316,6 +375,12 @@ class V2Adapter:
                 kwargs[name] = None
                 if entry is not None:
                     slots.append(Slot(name, None, entry.base_index, entry.chain))
+        by_label = {s.label: s for s in slots}
+        for read, mutable in decode_aliases(node.kwargs.get("_aliases", ())):
+            # Note [Read arguments eager aliases]: the same tensor as ``mutable``
+            of = by_label[mutable]
+            kwargs[read] = None
+            slots.append(Slot(read, None, of.buffer, of.relative_chain, same_as=mutable))
         return Mutation(info, self.strategy, tuple(node.kwargs["_bases"]), tuple(slots), kwargs)
 
 

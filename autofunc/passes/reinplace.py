@@ -253,9 +253,14 @@ def _emit_call(ctx: _Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]) 
     # Note [Arguments keep their identity] in hops/common.py.
     distinct = Distinct(lambda n: emit_fresh_alias(ctx, n), lambda n: n)
     shared: dict = {}  # the chains' common prefixes, emitted once
-    kwargs = m.call_kwargs(
-        [distinct(emit_view(ctx, new_bufs[s.buffer], s.relative_chain, shared)) for s in m.slots]
-    )
+    tensors: dict[str, fx.Node] = {}  # slot label -> its tensor
+    for s in m.slots:
+        tensors[s.label] = (
+            tensors[s.same_as]  # Note [Read arguments eager aliases]: eager's one object
+            if s.same_as is not None
+            else distinct(emit_view(ctx, new_bufs[s.buffer], s.relative_chain, shared))
+        )
+    kwargs = m.call_kwargs([tensors[s.label] for s in m.slots])
     args = tuple(kwargs.pop(a.name) for a in info.op._schema.arguments if not a.kwarg_only)
     # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.
     hop_val = node.meta.get("val")

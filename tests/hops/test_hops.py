@@ -231,3 +231,34 @@ def test_make_fx_symbolic_output_is_symbolic():
     (hop_node,) = [n for n in gm.graph.nodes if n.target is v2]
     (new_base,) = hop_node.meta["val"]
     assert isinstance(new_base.shape[0], torch.SymInt)
+
+
+# -- _aliases (Note [Read arguments eager aliases]) ------------------------------------------
+
+
+def test_aliases_wire_round_trip_and_malformed():
+    from autofunc.errors import MalformedViewsError
+    from autofunc.hops.v2 import decode_aliases, encode_aliases
+
+    pairs = [("q", "q_out"), ("k", "k_out")]
+    assert encode_aliases(pairs) == ("q=q_out", "k=k_out")
+    assert decode_aliases(encode_aliases(pairs)) == pairs
+    for bad in (("q",), ("=q_out",), ("q=",)):
+        with pytest.raises(MalformedViewsError, match="_aliases"):
+            decode_aliases(bad)
+
+
+def test_dense_hands_the_op_one_tensor_for_an_eager_alias():
+    # copy_into reads src after writing dst: given one tensor for both (as eager was), it reads
+    # what it wrote; the HOP reproduces that on its copy of the base
+    x = torch.arange(6.0)
+    expected = x.clone()
+    corpus.copy_into(expected, expected)
+    out = autofunc.auto_functionalized_v2(
+        "autofunc_corpus::copy_into.default",
+        _bases=[x],
+        _views=encode_views([ArgView(0, ViewChain(()))]),
+        _aliases=("src=dst",),
+    )
+    assert torch.equal(out[0], expected)
+    assert torch.equal(x, torch.arange(6.0))  # the HOP is functional

@@ -32,6 +32,29 @@ def _run(name):
     return check, captured
 
 
+def test_eager_aliased_read_arguments_in_place():
+    # Note [Read arguments eager aliases]: q and k are passed as themselves to the op (v2; v1
+    # runs the op on copies of q_out and k_out, the read arguments staying reads of the old
+    # values, and keeps those copies: see test_compare)
+    regs = corpus.register_all("v2")
+    try:
+        check, captured = _run("rope_in_place")
+    finally:
+        for r in regs:
+            r.remove()
+    (decision,) = captured.report.decisions
+    assert decision.reason is Reason.INPLACE and decision.args == ("q_out", "k_out", "q", "k")
+    assert "_aliases = ('q=q_out', 'k=k_out')" in captured.functional[0]
+    (call,) = [
+        n
+        for n in captured.modules[0].graph.nodes
+        if n.target is torch.ops.autofunc_corpus.rope.default
+    ]
+    q, k, q_out, k_out, _ = call.args
+    assert q is q_out and k is k_out  # one tensor each, as eager passed them
+    assert q.args[0].name == "mm"  # a view of qkv itself: no copy
+
+
 @pytest.mark.parametrize("name", sorted(IN_PLACE))
 def test_written_in_place(strategy, name):
     check, captured = _run(name)
@@ -110,4 +133,22 @@ def test_inputs_that_overlap(strategy):
     big = torch.randn(4, 8)
     compiled, captured = compile_capture(overlapping_inputs)
     check = run_against_eager(overlapping_inputs, compiled, (big[0:2], big[1:3], torch.randn(8)))
+    assert check.correct, check.mismatch
+
+
+def copy_into_itself(x):
+    y = x * 1
+    corpus.copy_into(y, y)  # one tensor as dst and src: eager reads what it has written
+    return y
+
+
+@pytest.mark.parametrize("backend", ["capture", "aot_eager", "inductor"])
+def test_one_tensor_as_read_and_mutable_argument_gives_eagers_result(strategy, backend):
+    # Note [Read arguments eager aliases]: before, v1 and v2 ran the op on a copy of dst with
+    # the old src (another result, silently); v1 now hands such a call to v2
+    if backend == "capture":
+        compiled = compile_capture(copy_into_itself)[0]
+    else:
+        compiled = torch.compile(copy_into_itself, backend=backend, fullgraph=True)
+    check = run_against_eager(copy_into_itself, compiled, (torch.arange(6.0),))
     assert check.correct, check.mismatch
