@@ -520,3 +520,24 @@ def test_equal_views_of_an_input_are_lowered_once(strategy_name, monkeypatch):
     # writes values back with select_scatter, so only the views taken of the input itself
     # before its first write are views of an input (the rest are of scatters, left alone).
     assert merged == {"v1": [3], "v2": [8]}[strategy_name]
+
+
+# -- fuzz seed 20261236 #80: one tensor as an op's read and mutable argument -------------------
+
+
+def same_tensor_read_and_written(a):
+    t2 = a.t().select(1, -3).clone()
+    v4 = t2.as_strided([4], [1], 0)  # Inductor drops the clone: as_strided of a's storage
+    fuzz.mopt(v4, v4)
+    return fuzz.mret(t2, t2)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_one_tensor_as_read_and_mutable_argument_under_inductor(fuzz_strategy):
+    # Inductor's remove_noop_ops drops t2's clone (pytorch#197489), so its own lowering of the
+    # read argument v4 reads a[0, :4] instead of a[2, :4]: PyTorch's built-in is wrong here.
+    # The read argument is the mutable tensor itself (Note [Read arguments eager aliases]), so
+    # autofunc regenerates it from the base it copies or writes, and is right.
+    with autofunc.override(fuzz_strategy, fuzz.OPS):
+        torch.manual_seed(1708516585)
+        check_inductor(same_tensor_read_and_written, torch.randn(5, 5, dtype=torch.float64))
