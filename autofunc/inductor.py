@@ -113,7 +113,7 @@ class ReinplacePass(_Base):
 # The modules whose code decides what the pass and the HOPs emit (the cache key hashes these
 # alone: the benchmark, the fuzzer, the CLI and the kernels do not change a compiled graph).
 _PASS_MODULES = ("hops", "passes", "views.py", "regions.py", "symbolic.py", "schema.py",
-                 "inductor.py")
+                 "registry.py", "inductor.py")  # registry: which HOP a v1 call becomes
 
 
 @functools.lru_cache(maxsize=1)
