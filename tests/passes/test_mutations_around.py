@@ -33,9 +33,8 @@ def _run(name):
 
 
 def test_eager_aliased_read_arguments_in_place():
-    # Note [Read arguments eager aliases]: q and k are passed as themselves to the op (v2; v1
-    # runs the op on copies of q_out and k_out, the read arguments staying reads of the old
-    # values, and keeps those copies: see test_compare)
+    # Note [Read arguments eager aliases]: q and k are passed as themselves to the op (a v1
+    # call like this one is functionalized with v2)
     regs = corpus.register_all("v2")
     try:
         check, captured = _run("rope_in_place")
