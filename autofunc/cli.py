@@ -194,7 +194,12 @@ def _bench(args: argparse.Namespace) -> int:
     n = len(sweep.cases) * len(sweep.x_vals) * len(sweep.lines)
     print(f"[bench] sweep {sweep.name}: {n} points on {sweep.device} ({sweep.backend})", flush=True)
     t0 = time.perf_counter()
-    records = run.run_sweep(sweep, progress=lambda line: print(line, flush=True))
+    records = run.run_sweep(
+        sweep,
+        progress=lambda line: print(line, flush=True),
+        # the JSON holds every point measured so far: a run cut short keeps them
+        on_record=(lambda recs: report.write_json(json_path, recs, sweep)) if json_path else None,
+    )
     print(report.format_table(records))
     print(f"[bench] {n} points in {time.perf_counter() - t0:.0f} s")
     if json_path:

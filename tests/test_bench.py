@@ -193,3 +193,42 @@ def test_bench_compile_measures_a_real_compile(config):
     assert set(r.phases) == set(PHASES)
     assert all(v is not None and v >= 0 for v in r.phases.values()), r.phases
     assert sum(r.phases.values()) <= r.warm_s
+
+
+def test_bench_json_holds_every_point_measured_so_far(tmp_path, monkeypatch):
+    # A campaign step cut short by its time budget keeps the points it measured: the JSON is
+    # rewritten after every point.
+    from autofunc.bench import run
+
+    seen = []
+    real = run.measure_point
+
+    def measure_and_look(*args, **kwargs):
+        path = tmp_path / "bench.json"
+        seen.append(len(json.loads(path.read_text())["records"]) if path.exists() else 0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run, "measure_point", measure_and_look)
+    doc, _ = run_cli(tmp_path, "--strategies", "eager,autofunc_v2", "--in-process")
+    assert seen == [0, 1]  # before the second point, the first was on disk
+    assert len(doc["records"]) == 2
+
+
+def test_gpu_campaign_dry_run(tmp_path):
+    # scripts/gpu_campaign.sh --dry-run: every step's entry point parses the options it is
+    # given, and the budgets fit an H100 session (25 minutes).
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "gpu_campaign.sh"
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
+    proc = subprocess.run([str(script), "--dry-run"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split("\t") for line in (tmp_path / "campaign.tsv").read_text().splitlines()]
+    assert rows[0] == ["step", "rc", "seconds", "budget_s"]
+    steps = [r[0] for r in rows[1:]]
+    assert steps == ["correctness", "kernels", "bench", "bench_cg", "compare", "fuzz_seed0"]
+    assert all(r[1] == "0" for r in rows[1:])
+    assert sum(int(r[3]) for r in rows[1:]) <= 1500

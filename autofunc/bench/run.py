@@ -389,8 +389,14 @@ def _sweep_from_json(d: dict) -> Sweep:
 # -- the runner ----------------------------------------------------------------------------------
 
 
-def run_sweep(sweep: Sweep, progress: Callable[[str], None] = print) -> list[Record]:
-    """Measure every point of ``sweep``; ``progress`` gets one line per point.
+def run_sweep(
+    sweep: Sweep,
+    progress: Callable[[str], None] = print,
+    on_record: Callable[[list[Record]], None] | None = None,
+) -> list[Record]:
+    """Measure every point of ``sweep``; ``progress`` gets one line per point, and
+    ``on_record`` (if given) the records so far after each point, so that a run cut short
+    keeps what it measured.
 
     With ``sweep.isolate`` the points run in a worker subprocess (a forked child each on CPU, a
     worker each on CUDA, see :func:`_forks`); otherwise in this process, one after the other
@@ -398,6 +404,13 @@ def run_sweep(sweep: Sweep, progress: Callable[[str], None] = print) -> list[Rec
     """
     points = [(case, xs, strategy) for case, xs in sweep.points() for strategy in sweep.lines]
     records: list[Record] = []
+    if on_record is not None:
+        line_only = progress
+
+        def progress(line: str) -> None:  # every point's line comes right after its record
+            line_only(line)
+            on_record(_with_footprints(list(records)))
+
     if not sweep.isolate:
         for case, xs, strategy in points:
             records.append(measure_point(sweep, case, xs, strategy))
