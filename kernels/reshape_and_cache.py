@@ -79,6 +79,7 @@ def _reshape_and_cache_kernel(
     value_cache_ptr,  # [num_blocks, block_size, num_heads, head_dim]
     slot_mapping_ptr,  # [num_tokens] int64
     # sizes
+    num_tokens,
     num_heads,
     head_dim,
     block_size,
@@ -100,52 +101,77 @@ def _reshape_and_cache_kernel(
     stride_value_cache_dim: tl.int64,
     stride_slot_mapping_token: tl.int64,
     # meta-parameters
+    TOKEN_BLOCK: tl.constexpr,  # tokens per program
     HEAD_BLOCK: tl.constexpr,  # heads per program
     HEAD_DIM_PAD: tl.constexpr,  # next power of 2 >= head_dim
 ):
-    # --- program id -> (token, head group) ------------------------------------------------------
-    token = tl.program_id(0)
+    # --- program id -> (TOKEN_BLOCK tokens, head group); the (head, dim) tile is the same for
+    # each of them ------------------------------------------------------------------------------
+    token_group = tl.program_id(0)
     head_group = tl.program_id(1)
-    slot = tl.load(slot_mapping_ptr + token * stride_slot_mapping_token).to(tl.int64)
-    block = slot // block_size
-    offset = slot % block_size
-
-    # --- [HEAD_BLOCK, HEAD_DIM_PAD] tile of (head, dim) indices. Padding (-1) and any slot
-    # outside the cache copy zero heads: the whole tile is masked, so the cache is never
-    # addressed out of bounds. (The scalar check is folded into the bound, not and-ed with the
-    # tile mask: the interpreter turns a scalar & tile of booleans into integers.) -------------
     heads = head_group * HEAD_BLOCK + tl.arange(0, HEAD_BLOCK)
     dims = tl.arange(0, HEAD_DIM_PAD)
-    heads_to_copy = tl.where((slot >= 0) & (slot < num_slots), num_heads, 0)
-    mask = (heads[:, None] < heads_to_copy) & (dims[None, :] < head_dim)
+    for i in tl.static_range(TOKEN_BLOCK):
+        token = token_group * TOKEN_BLOCK + i
+        # a token past the end (the last group's tail) is padding: its slot reads as -1
+        slot = tl.load(
+            slot_mapping_ptr + tl.minimum(token, num_tokens - 1) * stride_slot_mapping_token
+        ).to(tl.int64)
+        slot = tl.where(token < num_tokens, slot, -1)
+        block = slot // block_size
+        offset = slot % block_size
 
-    # --- copy key row -> key_cache[block, offset] -----------------------------------------------
-    src = key_ptr + token * stride_key_token
-    src += heads[:, None] * stride_key_head + dims[None, :] * stride_key_dim
-    dst = key_cache_ptr + block * stride_key_cache_block + offset * stride_key_cache_offset
-    dst += heads[:, None] * stride_key_cache_head + dims[None, :] * stride_key_cache_dim
-    tile = tl.load(src, mask=mask)
-    tl.store(dst, tile.to(key_cache_ptr.dtype.element_ty), mask=mask)
+        # --- [HEAD_BLOCK, HEAD_DIM_PAD] tile of (head, dim) indices. Padding (-1) and any slot
+        # outside the cache copy zero heads: the whole tile is masked, so the cache is never
+        # addressed out of bounds. (The scalar check is folded into the bound, not and-ed with
+        # the tile mask: the interpreter turns a scalar & tile of booleans into integers.) ------
+        heads_to_copy = tl.where((slot >= 0) & (slot < num_slots), num_heads, 0)
+        mask = (heads[:, None] < heads_to_copy) & (dims[None, :] < head_dim)
 
-    # --- copy value row -> value_cache[block, offset] -------------------------------------------
-    src = value_ptr + token * stride_value_token
-    src += heads[:, None] * stride_value_head + dims[None, :] * stride_value_dim
-    dst = value_cache_ptr + block * stride_value_cache_block + offset * stride_value_cache_offset
-    dst += heads[:, None] * stride_value_cache_head + dims[None, :] * stride_value_cache_dim
-    tile = tl.load(src, mask=mask)
-    tl.store(dst, tile.to(value_cache_ptr.dtype.element_ty), mask=mask)
+        # --- copy key row -> key_cache[block, offset] -------------------------------------------
+        src = key_ptr + token * stride_key_token
+        src += heads[:, None] * stride_key_head + dims[None, :] * stride_key_dim
+        dst = key_cache_ptr + block * stride_key_cache_block + offset * stride_key_cache_offset
+        dst += heads[:, None] * stride_key_cache_head + dims[None, :] * stride_key_cache_dim
+        tile = tl.load(src, mask=mask)
+        tl.store(dst, tile.to(key_cache_ptr.dtype.element_ty), mask=mask)
+
+        # --- copy value row -> value_cache[block, offset] ---------------------------------------
+        src = value_ptr + token * stride_value_token
+        src += heads[:, None] * stride_value_head + dims[None, :] * stride_value_dim
+        dst = value_cache_ptr + block * stride_value_cache_block
+        dst += offset * stride_value_cache_offset
+        dst += heads[:, None] * stride_value_cache_head + dims[None, :] * stride_value_cache_dim
+        tile = tl.load(src, mask=mask)
+        tl.store(dst, tile.to(value_cache_ptr.dtype.element_ty), mask=mask)
 
 
 # Heuristics instead of autotuning: this is a pure copy (memory bound) launched once per layer per
 # step on a few KB, so autotune's first-call benchmarking would cost more than it could save.
 # A tile of at most _MAX_TILE elements keeps registers low; 4 warps suffice for that size.
+# Note [Tokens per program]
+# One token's row is a few KB (8 heads x 128 x 2 B = 2 KB each for key and value), too little
+# work for a program once a prefill brings thousands of tokens: a program then moves several
+# tokens, one after the other, so there are fewer, longer programs. Up to _TOKENS_ALONE tokens
+# each keeps a program of its own, so a decode batch still spreads over every SM (132 on an
+# H100); beyond, tokens per program double with the token count, up to _MAX_TOKEN_BLOCK.
+# Written from the shape of the fast copy kernels, not measured here (no GPU): the campaign's
+# kernel table (scripts/gpu_campaign.sh) is where the numbers will come from.
 _MAX_TILE = 2048
+_TOKENS_ALONE = 512
+_MAX_TOKEN_BLOCK = 8
 
 
-def _launch_config(num_heads: int, head_dim: int) -> dict[str, int]:
+def _launch_config(num_tokens: int, num_heads: int, head_dim: int) -> dict[str, int]:
     head_dim_pad = triton.next_power_of_2(head_dim)
     head_block = max(1, min(triton.next_power_of_2(num_heads), _MAX_TILE // head_dim_pad))
-    return {"HEAD_BLOCK": head_block, "HEAD_DIM_PAD": head_dim_pad, "num_warps": 4}
+    token_block = min(_MAX_TOKEN_BLOCK, triton.next_power_of_2(max(1, num_tokens // _TOKENS_ALONE)))
+    return {
+        "TOKEN_BLOCK": token_block,
+        "HEAD_BLOCK": head_block,
+        "HEAD_DIM_PAD": head_dim_pad,
+        "num_warps": 4,
+    }
 
 
 def _check_args(
@@ -249,14 +275,20 @@ def reshape_and_cache(
         check_values=index_checks_enabled(slot_mapping),
     )
     num_tokens, num_heads, head_dim = key.shape
-    config = _launch_config(num_heads, head_dim)
-    grid = (num_tokens, triton.cdiv(num_heads, config["HEAD_BLOCK"]))
+    if num_tokens == 0:
+        return
+    config = _launch_config(num_tokens, num_heads, head_dim)
+    grid = (
+        triton.cdiv(num_tokens, config["TOKEN_BLOCK"]),
+        triton.cdiv(num_heads, config["HEAD_BLOCK"]),
+    )
     _reshape_and_cache_kernel[grid](
         key_ptr=key,
         value_ptr=value,
         key_cache_ptr=key_cache,
         value_cache_ptr=value_cache,
         slot_mapping_ptr=slot_mapping,
+        num_tokens=num_tokens,
         num_heads=num_heads,
         head_dim=head_dim,
         block_size=key_cache.shape[1],

@@ -227,3 +227,41 @@ def test_reshape_and_cache_op_validates_before_first_write():
         reshape_and_cache_op(*args)
 
     assert torch.equal(kv_cache, before)
+
+
+# --- several tokens per program (Note [Tokens per program]) ------------------------------------
+
+
+def test_tokens_per_program_grow_with_the_token_count():
+    from autofunc.kernels.reshape_and_cache import _launch_config
+
+    blocks = [_launch_config(n, 8, 128)["TOKEN_BLOCK"] for n in (1, 64, 512, 1024, 2048, 10**6)]
+    assert blocks == [1, 1, 1, 2, 4, 8]
+
+
+@pytest.mark.parametrize("token_block", [2, 4])
+def test_several_tokens_per_program_with_a_ragged_tail(monkeypatch, token_block):
+    # 7 tokens in programs of 2 or 4: the last program's extra tokens must write nothing
+    import importlib
+
+    # (the package's ``reshape_and_cache`` attribute is the launcher, not the module)
+    rc = importlib.import_module("autofunc.kernels.reshape_and_cache")
+
+    real = rc._launch_config
+    monkeypatch.setattr(
+        rc, "_launch_config", lambda *a: {**real(*a), "TOKEN_BLOCK": token_block}
+    )
+    kv = torch.zeros(2, NUM_BLOCKS, 4, 2, 8)
+    key, value = torch.randn(2, 7, 2, 8)
+    slot_mapping = torch.tensor([3, -1, 17, 0, 9, 12, 5])
+    expected = kv.clone()
+    reshape_and_cache_ref(key, value, expected[0], expected[1], slot_mapping)
+    reshape_and_cache(key, value, kv[0], kv[1], slot_mapping)
+    assert torch.equal(kv, expected)
+
+
+def test_no_tokens_writes_nothing():
+    kv = torch.zeros(2, NUM_BLOCKS, 4, 2, 8)
+    empty = torch.empty(0, 2, 8)
+    reshape_and_cache(empty, empty, kv[0], kv[1], torch.empty(0, dtype=torch.int64))
+    assert not kv.any()
