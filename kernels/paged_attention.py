@@ -269,6 +269,32 @@ def _paged_decode_attention_reduce_kernel(
 # Heuristics instead of autotuning: decode is memory bound and the tile is fixed by the cache
 # layout (BLOCK_SIZE rows of HEAD_DIM_PAD, times the GQA group for the scores), so the knobs
 # left are warps and the split. Autotuning would key on seq_lens, which change every step.
+#
+# Note [What still limits the decode kernel]
+# A review against the structure of vLLM's Triton paged/unified attention and FlashInfer's
+# decode kernels (read, not copied), written before any GPU measurement of this kernel:
+# 1. One cache block per iteration, behind a dependent load: each step loads one block-table
+#    entry and only then its K tile, so with 16-token blocks the loop is mostly waiting on
+#    that scalar. The fast kernels take a tile of several blocks per step (32-128 tokens: a
+#    vector load of that many table entries, then one gathered K/V load) and let the compiler
+#    pipeline the next step's loads (``tl.range(..., num_stages=2..3)`` on a GPU). Expected to
+#    matter most; the first change to try once a GPU can measure it.
+# 2. Scores and P @ V by broadcast-and-``tl.sum`` in fp32: a [GROUP_PAD, BLOCK_SIZE,
+#    HEAD_DIM_PAD] product (8 x 16 x 128 = 16 K values for an 8-way GQA group) lives in
+#    registers and may spill. ``tl.dot`` needs 16 rows: padding the group's query rows to 16
+#    (as the unified kernel pads BLOCK_M) wastes tensor-core work that is idle in decode anyway
+#    and replaces the reductions with two MMAs. Worth it from a group of 4 up, and with tiles
+#    of several blocks (1.) the MMA's N grows to the tile.
+# 3. The split (_TARGET_PROGRAMS, _PARTITION_TOKENS) is decided on the block table's capacity,
+#    never on seq_lens (no device sync): a table much longer than the live sequences launches
+#    partitions that find no block and exit. FlashInfer sizes the split from the real lengths
+#    in a planning step on the host; here the cost is empty programs, bounded by capacity / 512
+#    per (sequence, KV head). A cap of about two waves of partitions (2 x SMs / programs) would
+#    bound it too.
+# 4. K/V are converted to fp32 as loaded; bf16 operands with fp32 accumulation (what ``tl.dot``
+#    does) halve the registers they take.
+# Heuristics kept until then: 4 warps up to a 4096-element score tile, 8 above; split when
+# fewer than 256 (sequence, KV head) programs; 512 tokens per partition.
 _TARGET_PROGRAMS = 256  # about two waves on a 132-SM GPU: below it, the context is split
 _PARTITION_TOKENS = 512  # tokens per partition when split (flash-decoding)
 
