@@ -51,17 +51,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .bench.configs import CONFIGS
+
     ap = _Parser(prog="autofunc", description="autofunc tools")
+    ap.add_argument("--version", action="version", version=f"autofunc {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="memory/time/correctness sweep vs eager and the built-in")
     which = bench.add_mutually_exclusive_group()
-    for name in ("quick", "full", "gpu"):
-        which.add_argument(f"--{name}", dest="sweep", action="store_const", const=name)
+    sweeps = {
+        "quick": "the default: every case at 2 small cache sizes, 2 layers, on CPU",
+        "full": "every case at 8 cache sizes (64-4096 blocks) and 2 or 8 layers, on CPU",
+        "gpu": "the 32-layer model on CUDA, 256 MiB-8 GiB caches, bf16",
+    }
+    for name, text in sweeps.items():
+        which.add_argument(
+            f"--{name}", dest="sweep", action="store_const", const=name, help=text
+        )
     bench.add_argument("--json", default="", help="write records (with environment) here")
     bench.add_argument("--plot", default="", help="PNG of memory above eager, drawn from the JSON")
     bench.add_argument("--cases", default="", help="comma-separated cases (default: the sweep's)")
-    bench.add_argument("--strategies", default="", help="comma-separated lines (default: all)")
+    bench.add_argument(
+        "--strategies",
+        default="",
+        help=f"comma-separated lines, of {', '.join(CONFIGS)} (default: all)",
+    )
     bench.add_argument(
         "--sizes", default="", help="comma-separated BLOCKSxLAYERS points, e.g. 16x2,64x2"
     )

@@ -413,7 +413,13 @@ def _overloads(op: Any) -> Iterable[OpOverload]:
                 f"(it has {', '.join(packet.overloads())})"
             )
         return _overloads(getattr(packet, overload) if overload else packet)
+    hint = (
+        " (a plain function: as a decorator, put @autofunc.functionalize(...) above "
+        "@torch.library.custom_op(...), so that it gets the custom op)"
+        if callable(op)
+        else ""
+    )
     raise AutofuncError(
         f"autofunc.register: expected a CustomOpDef, OpOverload, OpOverloadPacket or 'ns::name', "
-        f"got {type(op).__name__}"
+        f"got {type(op).__name__}{hint}"
     )

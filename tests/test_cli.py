@@ -129,3 +129,33 @@ def test_cli_process_prints_one_line_and_exits_2():
         "autofunc explain: cannot import 'no_such_module_xyz': ModuleNotFoundError: No module "
         "named 'no_such_module_xyz'"
     ]
+
+
+def test_version_and_sweep_help(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"autofunc {autofunc.__version__}"
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    help_text = capsys.readouterr().out
+    for name in ("--quick", "--full", "--gpu"):
+        line = next(li for li in help_text.splitlines() if li.strip().startswith(name))
+        assert len(line.split()) > 1, line  # each sweep says what it runs
+    assert "autofunc_v2" in help_text  # --strategies lists its values
+
+
+def test_decorators_in_the_wrong_order_say_so():
+    import torch
+
+    with pytest.raises(autofunc.AutofuncError, match="put @autofunc.functionalize"):
+
+        @torch.library.custom_op("autofunc_cli_test::wrong_order", mutates_args={"x"})
+        @autofunc.functionalize(strategy="v2")
+        def wrong_order(x: torch.Tensor) -> None:
+            x.add_(1)
+
+
+def test_an_empty_report_says_why():
+    text = str(autofunc.Report())
+    assert "no call of a mutable op registered with autofunc was compiled" in text

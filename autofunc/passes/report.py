@@ -134,6 +134,11 @@ class Report:
             return "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
 
         title = f"autofunc re-inplace report{(' for ' + self.graph) if self.graph else ''}"
+        if not self.calls:
+            return (
+                f"{title}: no call of a mutable op registered with autofunc was compiled "
+                "(is the op registered, and does the function call it?)"
+            )
         out = [title, line(header), line(tuple("-" * w for w in widths))]
         out += [line(r) for r in rows]
         out.append(
