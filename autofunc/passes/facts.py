@@ -17,7 +17,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .. import views
 from ..hops.adapter import Mutation
 from ..regions import Region, overlaps
-from .alias import AliasAnalysis
+from .alias import VIEW_OPS, AliasAnalysis
 from .emit import (
     fake_values,
 )
@@ -40,6 +40,9 @@ class _Pass:
     for_inductor: bool
     # graph inputs some call writes in place (Note [Returned values of written inputs])
     written_inputs: set[fx.Node] = dataclasses.field(default_factory=set)
+    # positions of the outputs AOTAutograd regenerates from inputs (Note [Outputs AOTAutograd
+    # regenerates from inputs]), read once
+    regenerated: frozenset[int] = frozenset()
     # the forward's saved tensors, where known (Note [Saved values of written inputs])
     saved: SavedTensors | None = None
 
@@ -122,12 +125,24 @@ def _aliased_args(buf: _Buffer, written: list) -> bool:
     return any(overlaps(a, b) for i, a in enumerate(written) for b in written[i + 1 :])
 
 
-def _output_nodes(graph: fx.Graph) -> list[fx.Node]:
-    """The tensors the graph returns whose memory the caller gets (Note [Outputs AOTAutograd
-    regenerates from inputs]: not those, whose memory is the input's whatever the graph does)."""
-    out = graph.output_node()
-    regenerated = _outputs_regenerated_from_inputs(out)
-    flat = out.args[0] if len(out.args) == 1 and isinstance(out.args[0], (tuple, list)) else None
+def _flat_outputs(out: fx.Node) -> tuple | list | None:
+    """The output node's flat tuple of returned values (AOTAutograd's graphs), or ``None``."""
+    flat = out.args[0] if len(out.args) == 1 else None
+    return flat if isinstance(flat, (tuple, list)) else None
+
+
+def _view_base(node: fx.Node) -> fx.Node:
+    """The node ``node`` is a chain of view ops of (``node`` itself if it is no view)."""
+    while node.op == "call_function" and node.target in VIEW_OPS and node.args:
+        node = node.args[0]
+    return node
+
+
+def _output_nodes(out: fx.Node, regenerated: frozenset[int]) -> list[fx.Node]:
+    """The tensors the graph returns whose memory the caller gets: not those at the positions
+    ``regenerated`` (Note [Outputs AOTAutograd regenerates from inputs]), whose memory is the
+    input's whatever the graph does."""
+    flat = _flat_outputs(out)
     if flat is None or not regenerated:
         return [a for a in pytree.tree_leaves(out.args) if isinstance(a, fx.Node)]
     return [
@@ -155,16 +170,15 @@ def _saved_tensors(out: fx.Node) -> SavedTensors | None:
         donated = []  # the backward reuses no saved tensor's memory
     if not isinstance(donated, list) or not isinstance(saved, slice) or symints is None:
         return None
-    flat = out.args[0] if len(out.args) == 1 else None
-    if not isinstance(flat, (tuple, list)):
+    flat = _flat_outputs(out)
+    if flat is None:
         return None
     return SavedTensors(range(*saved.indices(len(flat))), symints, donated)
 
 
 def _output_positions(out: fx.Node, node: fx.Node) -> list[int]:
     """Where ``node`` stands among the graph's flat outputs."""
-    flat = out.args[0] if len(out.args) == 1 and isinstance(out.args[0], (tuple, list)) else ()
-    return [i for i, a in enumerate(flat) if a is node]
+    return [i for i, a in enumerate(_flat_outputs(out) or ()) if a is node]
 
 
 def _outputs_regenerated_from_inputs(out: fx.Node) -> frozenset[int]:
@@ -195,10 +209,8 @@ def _outputs_regenerated_from_inputs(out: fx.Node) -> frozenset[int]:
         first = getattr(meta, "num_mutated_inp_runtime_indices", None)
     except ImportError:  # pragma: no cover - torch without these internals
         return frozenset()
-    if infos is None or first is None or len(out.args) != 1:
-        return frozenset()
-    flat = out.args[0]
-    if not isinstance(flat, (tuple, list)) or len(flat) < first + len(infos):
+    flat = _flat_outputs(out)
+    if infos is None or first is None or flat is None or len(flat) < first + len(infos):
         return frozenset()
     kinds = (OutputType.alias_of_input, OutputType.is_input)
     return frozenset(

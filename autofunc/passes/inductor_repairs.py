@@ -12,20 +12,15 @@ import torch
 import torch.fx as fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from ..hops.adapter import mutation_targets
 from .alias import VIEW_OPS
 from .emit import (
     emit_clone,
 )
-from .facts import _Pass
+from .facts import _Pass, _view_base
 
 _aten = torch.ops.aten
 
-
-
-def _view_base(node: fx.Node) -> fx.Node:
-    while node.op == "call_function" and node.target in VIEW_OPS:
-        node = node.args[0]
-    return node
 
 
 def _as_strided_of_roots(graph: fx.Graph) -> None:
@@ -217,8 +212,6 @@ def _users_through_views(node: fx.Node) -> list[fx.Node]:
 def _may_write(user: fx.Node, base: fx.Node) -> bool:
     """Whether ``user`` (a user of ``base`` or of a view of it) may write ``base``'s memory once
     the pass and Inductor's re-inplacing have run."""
-    from ..hops.adapter import mutation_targets
-
     if user.op != "call_function":
         return False
     if user.target in mutation_targets() or isinstance(user.target, torch._ops.HigherOrderOperator):

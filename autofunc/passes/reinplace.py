@@ -9,11 +9,13 @@ Note [Pipeline]
 The pass runs in phases, one module each:
 
 1. facts (``facts.py``, ``alias.py``): each call's buffers and the regions it writes, the
-   graph's epilogue copy-backs, the last version of each buffer, the graph's outputs, and the
-   alias analysis over versions, memory classes and reads;
+   graph's epilogue copy-backs, its outputs (those AOTAutograd regenerates from inputs apart,
+   and the tensors a training forward saves), and the alias analysis over versions, memory
+   classes and reads;
 2. decide (``rules.py``): ``RULES`` asked in order for each buffer, the first objection wins;
 3. rewrite (this module): the direct op call on the buffer or its clone, then the scatters that
-   put back what was written in place are folded (``scatters.py``) and self-copies removed;
+   put back what was written in place are folded (``scatters.py``), self-copies removed, fresh
+   outputs in a written input copied at the end and saved ones kept from the backward's reuse;
 4. backend repairs (``inductor_repairs.py``), only with ``for_inductor``: graph rewrites that
    work around Inductor's lowering, before and after the rewrite.
 """
@@ -50,6 +52,7 @@ from .facts import (
     _Buffer,
     _buffers,
     _epilogue_copies,
+    _flat_outputs,
     _output_nodes,
     _outputs_regenerated_from_inputs,
     _Pass,
@@ -134,18 +137,21 @@ def reinplace(
     if for_inductor:
         _keep_old_copy_sources(gm.graph)
         _as_strided_of_roots(gm.graph)
+    out = gm.graph.output_node()
+    regenerated = _outputs_regenerated_from_inputs(out)
     ctx = _Pass(
         gm=gm,
         analysis=AliasAnalysis(
             gm.graph, lazy_reader=_lazy_under_inductor if for_inductor else None
         ),
         epilogue=_epilogue_copies(gm.graph),
-        outputs=_output_nodes(gm.graph),
+        outputs=_output_nodes(out, regenerated),
         fake_mode=fake_mode_of([n.meta.get("val") for n in gm.graph.nodes]),
         enable=enable,
         training=not is_inference,
         for_inductor=for_inductor,
-        saved=None if is_inference else _saved_tensors(gm.graph.output_node()),
+        saved=None if is_inference else _saved_tensors(out),
+        regenerated=regenerated,
     )
     for node in hops:
         # Read again: rewriting an earlier call replaced the nodes this one takes.
@@ -297,35 +303,38 @@ def _check_vals(hops: list[fx.Node]) -> None:
                 )
 
 
+def _in_written_input(ctx: _Pass, value: Any) -> bool:
+    """Whether ``value`` now lives in the memory of a graph input some call wrote in place."""
+    return (
+        isinstance(value, fx.Node)
+        and value in ctx.analysis.version
+        and any(ctx.analysis.same_memory(value, i) for i in ctx.written_inputs)
+    )
+
+
 def _copy_returned_inputs(ctx: _Pass) -> None:
     """Return a copy of each fresh output that now lives in a graph input's memory because a
     call wrote that input in place (Note [Returned values of written inputs]); the copy is made
     at the end of the graph, where the input holds the value the output denotes."""
     if not ctx.written_inputs:
         return
-    graph, analysis = ctx.gm.graph, ctx.analysis
+    graph = ctx.gm.graph
     out = graph.output_node()
-    regenerated = _outputs_regenerated_from_inputs(out)
     clones: dict[fx.Node, fx.Node] = {}
-
-    saved = ctx.saved.positions if ctx.saved is not None else ()
+    # regenerated outputs are the input's in eager too; saved ones are kept out of the
+    # backward's reuse instead (Note [Saved values of written inputs])
+    keep = set(ctx.regenerated) | set(ctx.saved.positions if ctx.saved is not None else ())
 
     def separate(i: int, arg: Any) -> Any:
-        if (
-            i in regenerated
-            or i in saved  # Note [Saved values of written inputs]
-            or not isinstance(arg, fx.Node)
-            or arg not in analysis.version
-            or not any(analysis.same_memory(arg, p) for p in ctx.written_inputs)
-        ):
+        if i in keep or not _in_written_input(ctx, arg):
             return arg
         if arg not in clones:
             with graph.inserting_before(out):
                 clones[arg] = emit_clone(ctx, arg)
         return clones[arg]
 
-    if len(out.args) == 1 and isinstance(out.args[0], (tuple, list)):
-        flat = out.args[0]
+    flat = _flat_outputs(out)
+    if flat is not None:
         out.args = (type(flat)(separate(i, a) for i, a in enumerate(flat)),)
     else:
         out.args = fx.node.map_arg(out.args, lambda a: separate(-1, a))
@@ -337,15 +346,8 @@ def _keep_saved_inputs(ctx: _Pass) -> None:
     saved = ctx.saved
     if saved is None or not ctx.written_inputs:
         return
-    flat = ctx.gm.graph.output_node().args[0]
-    analysis = ctx.analysis
-    drop = {
-        saved.donated_index(p)
-        for p in saved.positions
-        if isinstance(flat[p], fx.Node)
-        and flat[p] in analysis.version
-        and any(analysis.same_memory(flat[p], i) for i in ctx.written_inputs)
-    }
+    flat = _flat_outputs(ctx.gm.graph.output_node())
+    drop = {saved.donated_index(p) for p in saved.positions if _in_written_input(ctx, flat[p])}
     if drop:
         saved.donated[:] = [i for i in saved.donated if i not in drop]
 

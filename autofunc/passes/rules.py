@@ -15,7 +15,7 @@ import torch.fx as fx
 from ..hops.adapter import Mutation
 from ..regions import Region
 from ..symbolic import contiguous_or_false, overlaps_itself
-from .alias import SCATTER_VIEWS, VIEW_OPS
+from .alias import SCATTER_VIEWS
 from .facts import (
     _aliased_args,
     _Buffer,
@@ -23,6 +23,7 @@ from .facts import (
     _output_of,
     _output_positions,
     _Pass,
+    _view_base,
     _written,
 )
 from .report import Reason
@@ -139,16 +140,22 @@ def _graph_input(q: _Query) -> Verdict:
     copy = ctx.epilogue.get(root)
     if copy is None or ctx.analysis.position[copy] < ctx.analysis.position[q.node]:
         return Reason.GRAPH_INPUT, root.name
-    if q.buf.node is not root:
-        reason = _view_of_input(ctx, q.node, q.buf, root, copy)
-        return None if reason is None else (reason, root.name)
     out = _output_of(q.node, q.buf)
+    whole = q.buf.node is root
+    if not whole:
+        reason = _view_of_input(ctx, q.buf, root, out)
+        if reason is not None:
+            return reason, root.name
     reason = _returned_copy_back(ctx, copy)
+    if reason is None and not whole and ctx.training:
+        # a training graph's output anywhere in a view's input may be donated to the backward
+        if any(ctx.analysis.same_memory(o, root) for o in ctx.outputs):
+            reason = Reason.SAVED_OUTPUT
     if reason is not None:
         return reason, root.name
     returned = _overwritten_output(ctx, out, copy)
     if returned is not None:
-        return Reason.RETURNED_VERSION, f"{root.name}, by {returned.name}"
+        return Reason.RETURNED_VERSION, f"{root.name}, by {returned.name}" if whole else root.name
     return None
 
 
@@ -164,16 +171,14 @@ def _own_input(node: fx.Node, root: fx.Node) -> fx.Node:
     the first), and inputs that overlap would have been merged into one synthetic base. So a
     buffer in the second one is judged by that input's copy-back.
     """
-    base = node
-    while base.op == "call_function" and base.target in VIEW_OPS and base.args:
-        base = base.args[0]
+    base = _view_base(node)
     return base if base.op == "placeholder" else root
 
 
-def _view_of_input(
-    ctx: _Pass, node: fx.Node, buf: _Buffer, root: fx.Node, copy: fx.Node
-) -> Reason | None:
-    """Why a buffer that is a view of graph input ``root`` must be cloned, or ``None``.
+def _view_of_input(ctx: _Pass, buf: _Buffer, root: fx.Node, out: fx.Node | None) -> Reason | None:
+    """Why a buffer that is a view of graph input ``root`` cannot be written in place whatever
+    the copy-back and the outputs (those ``_graph_input`` checks for whole inputs too), or
+    ``None``.
 
     Note [Views of graph inputs]
     A mutated view whose base the HOP could not see (a dtype view has no ``_base``:
@@ -184,22 +189,12 @@ def _view_of_input(
     they replace (Note [Scatters read around what they replace]), every other later read of the
     old input is checked like any other buffer's, and each scatter of the written view into
     itself is then removed (``_fold_scatters``). Under Inductor every such scatter must fold
-    (Inductor cannot lower a scatter of a dtype view of an input's view). The value copied back
-    must not also be an output (it would become the input itself, pytorch#195451; in a training
-    graph, rule 4 of ``reinplace``).
+    (Inductor cannot lower a scatter of a dtype view of an input's view).
     """
     if not _is_view_chain(buf.node, root):
         return Reason.VIEW_OF_INPUT
-    out = _output_of(node, buf)
     if ctx.for_inductor and out is not None and not _all_scatters_fold(ctx.analysis, out, buf.node):
         return Reason.VIEW_OF_INPUT
-    reason = _returned_copy_back(ctx, copy)
-    if reason is not None:
-        return reason
-    if ctx.training and any(ctx.analysis.same_memory(o, root) for o in ctx.outputs):
-        return Reason.SAVED_OUTPUT
-    if _overwritten_output(ctx, out, copy) is not None:
-        return Reason.RETURNED_VERSION
     return None
 
 
