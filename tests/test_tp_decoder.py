@@ -2,6 +2,7 @@
 each rank checked against eager, no clone left (the decisions are checked on one process with
 PyTorch's fake process group in test_collectives.py)."""
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -30,21 +31,33 @@ def _example():
     return module
 
 
-def _rank(rank: int, world: int, port: int, runs: list) -> None:
+@contextlib.contextmanager
+def _gloo_rank(rank: int, world: int, port: int):
+    """One rank of a gloo group, for a spawned worker: Inductor compiles without worker
+    processes (none to tear down at exit) and without its FX graph cache (a cached graph runs
+    no post-grad pass, so it would have no report)."""
+    import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
     os.environ["TRITON_INTERPRET"] = "1"
-    inductor_config.compile_threads = 1  # no compile workers to tear down at exit
+    inductor_config.compile_threads = 1
+    inductor_config.fx_graph_cache = False
+    functorch_config.enable_autograd_cache = False
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _rank(rank: int, world: int, port: int, runs: list) -> None:
+    with _gloo_rank(rank, world, port):
         example = _example()
         for form, backend in runs:
             if not example.run_rank(form, example.Config(), backend, quiet=True):
                 raise AssertionError(f"rank {rank}: all_reduce={form} ({backend}) failed")
-    finally:
-        dist.destroy_process_group()
 
 
 def _free_port() -> int:
@@ -79,20 +92,11 @@ class _CountingModel(torch.nn.Module):
 
 
 def _ddp_rank(rank: int, world: int, port: int) -> None:
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from autofunc.inductor import collect_reports
 
-    inductor_config.fx_graph_cache = False  # a cached graph runs no post-grad pass
-    inductor_config.compile_threads = 1  # no compile workers to tear down at exit
-    functorch_config.enable_autograd_cache = False
-
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
-    try:
+    with _gloo_rank(rank, world, port):
         for strategy in ("v1", "v2"):
             regs = corpus.register_all(strategy)
             try:
@@ -122,8 +126,6 @@ def _ddp_rank(rank: int, world: int, port: int) -> None:
                 for r in regs:
                     r.remove()
                 torch._dynamo.reset()
-    finally:
-        dist.destroy_process_group()
 
 
 def test_two_ranks_ddp_training_with_buffers_updated_by_mutable_ops():
