@@ -7,6 +7,8 @@ Public API:
   :data:`auto_functionalized_v2`).
 * :func:`reinplace`: the re-inplace pass on any FX graph; returns a :class:`Report`.
 * :func:`explain`: compile a function and report where every mutable buffer went.
+* :func:`reinplace_triton_kernels`: let the pass handle user Triton kernels too
+  (``torch.library.wrap_triton`` / ``triton_op``); off by default.
 """
 
 from .errors import (
@@ -18,6 +20,7 @@ from .errors import (
 )
 from . import inductor as _inductor  # noqa: F401 - hooks the Inductor pass into the registry
 from .explain import explain
+from .inductor import reinplace_triton_kernels
 from .hops.v1 import auto_functionalized_v1
 from .hops.v2 import auto_functionalized_v2
 from .passes.reinplace import reinplace
@@ -38,6 +41,7 @@ __all__ = [
     "Registration",
     "reinplace",
     "explain",
+    "reinplace_triton_kernels",
     "Report",
     "CallReport",
     "Decision",

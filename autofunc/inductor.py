@@ -28,9 +28,16 @@ except ImportError:  # pragma: no cover
 
 from . import registry
 from .guards import guard_current_compile
+from .hops import triton as _triton
 from .passes.reinplace import reinplace
 
-__all__ = ["ReinplacePass", "collect_reports", "install_pass", "last_reports"]
+__all__ = [
+    "ReinplacePass",
+    "collect_reports",
+    "install_pass",
+    "last_reports",
+    "reinplace_triton_kernels",
+]
 
 log = logging.getLogger("autofunc.inductor")
 
@@ -105,7 +112,10 @@ class ReinplacePass(_Base):
         # On a cache hit functionalization does not run again; this does (Note [Guarding on the
         # registrations] in guards.py).
         guard_current_compile(registry.state_token)
-        own = get_hash_for_files(_pass_sources(), extra=f"reinplace={inductor_config_enabled()}")
+        own = get_hash_for_files(
+            _pass_sources(),
+            extra=f"reinplace={inductor_config_enabled()};triton={_triton.enabled()}",
+        )
         then = self.then.uuid() if hasattr(self.then, "uuid") else repr(self.then)
         return (own.hex(), registry.state_token(), then)
 
@@ -154,6 +164,20 @@ def install_pass() -> None:
             entry.default = ReinplacePass(then=default)
         except AttributeError:  # pragma: no cover - a config entry without a settable default
             pass
+
+
+def reinplace_triton_kernels(enabled: bool = True) -> None:
+    """Let autofunc's pass decide the clones of user Triton kernels too (``enabled``), or
+    leave them to Inductor's own re-inplacing again (the default).
+
+    A kernel launched from compiled code (``torch.library.wrap_triton(kernel)[grid](...)`` or a
+    ``torch.library.triton_op``) then writes straight into the tensors it is given wherever
+    that is sound, and where it is not, only the written tensor is copied. Process-wide, like
+    ``register``; installs the Inductor pass. See ``autofunc/hops/triton.py``.
+    """
+    _triton.enable(enabled)
+    if enabled:
+        install_pass()
 
 
 registry.add_backend_hook(install_pass)

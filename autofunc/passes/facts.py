@@ -69,14 +69,14 @@ class _Buffer:
     """One mutable buffer of a call: a v2 base or a v1 mutable tensor, and its output slot."""
 
     node: fx.Node
-    out_index: int  # index into the HOP's flat outputs
+    out_index: Any  # the key of the HOP's output that holds its copy (Mutation.buffer_key)
     args: list[str]  # labels of the mutable arguments regenerated from it
     chains: list[views.ViewChain]  # the chain of each, relative (Note [Relative chains])
     written: list[Region] | None = None  # memo of _written()
 
 
 def _buffers(m: Mutation) -> list[_Buffer]:
-    bufs = [_Buffer(b, m.info.num_returns + i, [], []) for i, b in enumerate(m.buffers)]
+    bufs = [_Buffer(b, m.buffer_key(i), [], []) for i, b in enumerate(m.buffers)]
     for slot in m.slots:
         bufs[slot.buffer].args.append(slot.label)
         bufs[slot.buffer].chains.append(slot.relative_chain)

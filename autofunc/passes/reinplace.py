@@ -182,13 +182,16 @@ def _mutation_nodes(graph: fx.Graph) -> list[fx.Node]:
 
 
 def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
-    info = m.info
     bufs = _buffers(m)
     analysis, graph = ctx.analysis, ctx.gm.graph
     decisions, new_bufs, arg_bases = [], [], []
     outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
+    also: dict[int, list[fx.Node]] = {}  # buffer index -> its other outputs (Mutation.also_keys)
+    for key, i in m.also_keys:
+        if key in outs:
+            also.setdefault(i, []).append(outs[key])
     with graph.inserting_before(node):
-        for buf in bufs:
+        for k, buf in enumerate(bufs):
             reason, detail = _decide(_Query(ctx, node, m, buf, bufs))
             decisions.append(
                 Decision(
@@ -200,7 +203,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                     detail,
                 )
             )
-            log.debug("%s %s %s: %s %s", node.name, info.qualname, buf.args, reason.value, detail)
+            log.debug("%s %s %s: %s %s", node.name, m.op_name, buf.args, reason.value, detail)
             out = outs.get(buf.out_index)
             aliased = _aliased_args(buf, _written(analysis, buf)) if ctx.for_inductor else False
             if reason is Reason.INPLACE:
@@ -210,30 +213,33 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                 new_bufs.append(buf.node)
                 pin = aliased or _realize_whole(ctx, buf)
                 arg_bases.append(pin_layout(ctx, buf.node) if pin else buf.node)
-                if out is not None:
-                    analysis.merge(buf.node, out)
+                for o in [out, *also.get(k, ())]:
+                    if o is not None:
+                        analysis.merge(buf.node, o)
             else:
                 direct = all(c.is_alias for c in buf.chains)
                 clone = emit_clone(ctx, buf.node, aliased=aliased, direct=direct)
                 new_bufs.append(clone)
                 arg_bases.append(clone)
-                if out is not None:
-                    analysis.track(clone, out)
-        call = _emit_call(ctx, node, m, arg_bases)
-    for index, user in outs.items():
-        if index < info.num_returns:
-            repl = call if info.num_returns == 1 else getitem_of(graph, call, index, user)
+                for o in [out, *also.get(k, ())]:
+                    if o is not None:
+                        analysis.track(clone, o)
+        call, num_returns = _emit_call(ctx, node, m, arg_bases)
+    buffer_of = {buf.out_index: i for i, buf in enumerate(bufs)} | dict(m.also_keys)
+    for key, user in outs.items():
+        if key in buffer_of:
+            repl = new_bufs[buffer_of[key]]
+        else:  # one of the op's own outputs
+            repl = call if num_returns == 1 else getitem_of(graph, call, key, user)
             if user in analysis.version:
                 analysis.track(repl, user)
-        else:
-            repl = new_bufs[index - info.num_returns]
         user.replace_all_uses_with(repl)
         graph.erase_node(user)
     graph.erase_node(node)
     for buf, decision in zip(bufs, decisions):
         if decision and buf.node.op != "placeholder":
             _fold_scatters(ctx, buf.node)
-    return CallReport(node.name, info.qualname, m.strategy, decisions)
+    return CallReport(node.name, m.op_name, m.strategy, decisions, m.note)
 
 
 def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
@@ -253,9 +259,11 @@ def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
     )
 
 
-def _emit_call(ctx: _Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]) -> fx.Node:
-    """The direct op call, with each mutable argument regenerated from its (new) buffer."""
-    info = m.info
+def _emit_call(
+    ctx: _Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]
+) -> tuple[fx.Node, int]:
+    """The direct call (``m.direct_call``), with each mutable argument regenerated from its
+    (new) buffer; returns it and how many op outputs it has."""
     # Note [Arguments keep their identity] in hops/common.py.
     distinct = Distinct(lambda n: emit_fresh_alias(ctx, n), lambda n: n)
     shared: dict = {}  # the chains' common prefixes, emitted once
@@ -266,23 +274,25 @@ def _emit_call(ctx: _Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]) 
             if s.same_as is not None
             else distinct(emit_view(ctx, new_bufs[s.buffer], s.relative_chain, shared))
         )
-    kwargs = m.call_kwargs([tensors[s.label] for s in m.slots])
-    args = tuple(kwargs.pop(a.name) for a in info.op._schema.arguments if not a.kwarg_only)
+    direct = m.direct_call([tensors[s.label] for s in m.slots])
+    n = direct.num_returns
     # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.
     hop_val = node.meta.get("val")
     # An op returning its arguments (Note [Ops that return their arguments]) returns what it
     # is given: its fake kernel says so.
-    val = (
-        NO_VAL
-        if hop_val is None or info.returned_args
-        else unpack_outputs(info, tuple(hop_val[: info.num_returns]))
-    )
-    call = emit(ctx, info.op, args, kwargs, val=val)
-    inherit_unbacked_bindings(call, node, info.num_returns)  # Note [Unbacked outputs]
-    # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's inputs
-    # to these values, which have exactly the strides eager passes.
-    call.meta["eager_input_vals"] = fake_values((args, kwargs))
-    return call
+    if m.info is None:
+        val = None if n == 0 else NO_VAL
+    elif hop_val is None or m.info.returned_args:
+        val = NO_VAL
+    else:
+        val = unpack_outputs(m.info, tuple(hop_val[:n]))
+    call = emit(ctx, direct.target, direct.args, direct.kwargs, val=val)
+    inherit_unbacked_bindings(call, node, n)  # Note [Unbacked outputs]
+    if direct.eager_input_vals:
+        # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's
+        # inputs to these values, which have exactly the strides eager passes.
+        call.meta["eager_input_vals"] = fake_values((direct.args, direct.kwargs))
+    return call, n
 
 
 def _nbytes(val: Any) -> int:

@@ -74,6 +74,7 @@ class CallReport:
     op: str
     strategy: str
     decisions: list[Decision]
+    note: str = ""  # about the call as a whole (e.g. a write analysis that failed)
 
 
 @dataclasses.dataclass
@@ -141,6 +142,7 @@ class Report:
             )
         out = [title, line(header), line(tuple("-" * w for w in widths))]
         out += [line(r) for r in rows]
+        out += [f"note on {c.node} ({c.op}): {c.note}" for c in self.calls if c.note]
         out.append(
             f"{len(self.calls)} call(s), {self.num_clones} clone(s): "
             f"{format_bytes(self.bytes_cloned)} cloned, {format_bytes(self.bytes_saved)} saved"

@@ -1,0 +1,142 @@
+"""User Triton kernels as functional mutation nodes: the adapter for PyTorch's
+``triton_kernel_wrapper_functional`` (off by default; :func:`enable`).
+
+A kernel launched from compiled code (``torch.library.wrap_triton(kernel)[grid](...)``, or the
+body of a ``torch.library.triton_op``) reaches the functional graph as::
+
+    out = triton_kernel_wrapper_functional(kernel_idx=, constant_args_idx=, grid=,
+                                           tma_descriptor_metadata=, kwargs={name: value},
+                                           tensors_to_clone=[names the kernel writes])
+    new = out["name"]      # the written tensor's new value, a copy of ``kwargs["name"]``
+
+``tensors_to_clone`` is PyTorch's analysis of the kernel's IR (Triton's TTIR). Each tensor it
+names is one buffer of the :class:`~autofunc.hops.adapter.Mutation`, written whole (the kernel
+receives the tensor as it is, like a v1 argument); every other tensor argument is a read. The
+direct call is ``triton_kernel_wrapper_mutation`` with the same kernel, constants, grid and TMA
+metadata, on the buffers or their clones: a clone copies the written tensor alone, where
+PyTorch's own decomposition (``clone_preserve_strides``) copies its storage from element 0 to
+the tensor's end.
+
+Note [A kernel that writes every tensor it gets]
+When the IR analysis fails, PyTorch counts every tensor argument as written (and logs a
+warning from ``identify_accessed_tensors``). Nothing on the node says which happened, so a call
+whose every tensor argument (two or more) is written says so in its report: the reads among
+them are then cloned too whenever a later read of their memory needs the old value, which is
+sound, only not as cheap as it could be.
+
+Note [One tensor passed as two written pointers]
+Functionalization clones each written argument on its own, so ``kernel(x, x)`` writing both
+pointers gives two copies, and the graph's value of ``x`` afterwards is the copy the last
+pointer wrote: the other pointer's writes are lost, where eager has both (PyTorch's own
+decomposition gives that wrong result). The adapter makes such a value one buffer with a slot
+per pointer, as in eager: written in place, or else one copy that both pointers write, which
+is then the value of every output that names it. Two *different* values that overlap (``x[:8]``
+and ``x[4:]``) stay two buffers, and the rule against overlapping mutable buffers copies them
+apart, which keeps the graph's meaning, not eager's.
+
+Imports ``adapter`` and ``views`` only (and PyTorch's HOP objects).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._higher_order_ops.triton_kernel_wrap import (
+    kernel_side_table,
+    triton_kernel_wrapper_functional,
+    triton_kernel_wrapper_mutation,
+)
+
+from .. import views
+from .adapter import (
+    DirectCall,
+    Mutation,
+    Slot,
+    adapter_for,
+    register_adapter,
+    unregister_adapter,
+)
+
+__all__ = ["TritonAdapter", "enable", "enabled", "kernel_name"]
+
+# The node's own arguments besides ``kwargs`` (the kernel's) and ``tensors_to_clone``.
+_LAUNCH = ("kernel_idx", "constant_args_idx", "grid", "tma_descriptor_metadata")
+
+
+def kernel_name(kernel_idx: int) -> str:
+    """The Triton kernel's function name (``"triton:<name>"``), for reports."""
+    try:
+        kernel = kernel_side_table.get_kernel(kernel_idx)
+    except (AssertionError, KeyError, IndexError):  # a graph from another process
+        return f"triton:kernel#{kernel_idx}"
+    fn = getattr(kernel, "fn", kernel)  # an Autotuner wraps the JITFunction
+    fn = getattr(fn, "fn", fn)
+    return f"triton:{getattr(fn, '__name__', kernel_idx)}"
+
+
+class TritonAdapter:
+    """Reads a ``triton_kernel_wrapper_functional`` call for the re-inplace pass."""
+
+    strategy = "triton"
+
+    def read(self, node: Any) -> Mutation:
+        launch = {k: node.kwargs[k] for k in _LAUNCH}
+        args: dict[str, Any] = dict(node.kwargs["kwargs"])
+        tensors = [k for k, v in args.items() if _is_tensor(v)]
+        written = [k for k in node.kwargs["tensors_to_clone"] if _is_tensor(args.get(k))]
+        # Note [One tensor passed as two written pointers]: one buffer per written value
+        buffers: list[Any] = []
+        for k in written:
+            if args[k] not in buffers:
+                buffers.append(args[k])
+        index = {k: buffers.index(args[k]) for k in written}
+        slots = tuple(Slot(k, None, index[k], views.ViewChain()) for k in written)
+        reads = {k: (None if k in written else v) for k, v in args.items()}
+        # the value the graph goes on with is the copy the last of a buffer's pointers names
+        last = {i: k for k, i in index.items()}
+        keys = tuple(last[i] for i in range(len(buffers)))
+        also = tuple((k, i) for k, i in index.items() if k != last[i])
+
+        def call(new: list[Any]) -> DirectCall:
+            kwargs = {**args, **dict(zip(written, new, strict=True))}
+            return DirectCall(triton_kernel_wrapper_mutation, (), {**launch, "kwargs": kwargs}, 0)
+
+        note = ""
+        if len(tensors) > 1 and len(written) == len(tensors):
+            note = (
+                "every tensor argument counts as written: the kernel writes them all, or "
+                "PyTorch could not analyse its IR (a warning from identify_accessed_tensors says "
+                "so); reads among them may be cloned needlessly "
+                "(Note [A kernel that writes every tensor it gets])"
+            )
+        return Mutation(
+            None,
+            self.strategy,
+            tuple(buffers),
+            slots,
+            reads,
+            name=kernel_name(launch["kernel_idx"]),
+            buffer_keys=keys,
+            also_keys=also,
+            call=call,
+            note=note,
+        )
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, fx.Node) and isinstance(value.meta.get("val"), torch.Tensor)
+
+
+def enable(on: bool = True) -> None:
+    """Make the re-inplace pass rewrite user Triton kernel calls (``on``), or leave them to
+    Inductor's own handling again."""
+    if on:
+        register_adapter(triton_kernel_wrapper_functional, TritonAdapter())
+    else:
+        unregister_adapter(triton_kernel_wrapper_functional)
+
+
+def enabled() -> bool:
+    return adapter_for(triton_kernel_wrapper_functional) is not None

@@ -1,0 +1,303 @@
+"""User Triton kernels through autofunc's pass (``autofunc.reinplace_triton_kernels``, issue 19).
+
+Each program launches a kernel with ``torch.library.wrap_triton`` (or from a ``triton_op``) on
+CPU tensors: traced against a stub sm90 target so PyTorch's analysis of what the kernel writes
+is exact, run under Triton's interpreter (``autofunc.bench.user_triton``). Checked: outputs and
+final inputs against eager, which tensors the pass writes in place and which it copies (and
+how many bytes), and, for a chosen few, Inductor's post-grad graph with the built-in's bytes
+beside autofunc's.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+import triton.language as tl  # noqa: E402
+from torch.library import wrap_triton  # noqa: E402
+
+import autofunc  # noqa: E402
+from autofunc import Reason  # noqa: E402
+from autofunc.bench import user_triton as ut  # noqa: E402
+from autofunc.hops import triton as triton_adapter  # noqa: E402
+from autofunc.testing import compile_capture, format_graph, run_against_eager  # noqa: E402
+
+
+def _add_into(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    """dst[i] += src[i] for i < n (reads dst and src, writes dst)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    total = tl.load(dst_ptr + offs, mask=m) + tl.load(src_ptr + offs, mask=m)
+    tl.store(dst_ptr + offs, total, mask=m)
+
+
+def _bump_both(a_ptr, b_ptr, n, BLOCK: tl.constexpr):
+    """a[i] += 1 for i < n, then b[i] += 10: writes both pointers."""
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(a_ptr + offs, tl.load(a_ptr + offs, mask=m) + 1, mask=m)
+    tl.store(b_ptr + offs, tl.load(b_ptr + offs, mask=m) + 10, mask=m)
+
+
+add_into = ut.jit(_add_into)
+bump_both = ut.jit(_bump_both)
+add_into_tuned = triton.autotune(
+    configs=[triton.Config({"BLOCK": 16}, num_warps=1)], key=["n"]
+)(ut.jit(_add_into))
+
+
+@pytest.fixture(autouse=True)
+def triton_on():
+    """The switch on, the stub target installed, for every test here."""
+    autofunc.reinplace_triton_kernels(True)
+    with ut.gpu_target():
+        yield
+    autofunc.reinplace_triton_kernels(False)
+
+
+def _check(program, inputs, **compile_kwargs):
+    """Compile ``program(wrap_triton)`` through AOTAutograd with the pass, run it under the
+    interpreter against ``program(eager)``; return the captured graphs."""
+    compiled, cap = compile_capture(
+        program(wrap_triton), before_pass=lambda gm: ut.interpret_kernels(), **compile_kwargs
+    )
+    check = run_against_eager(program(ut.eager), compiled, inputs)
+    assert check.correct, check.mismatch
+    return cap
+
+
+def _decisions(cap):
+    return [(c.op, d.args, d.reason, d.nbytes) for c in cap.report.calls for d in c.decisions]
+
+
+def _every_layer(K):
+    def f(kv, x):
+        for layer in range(kv.shape[0]):
+            K(add_into)[(1,)](x, kv[layer], x.numel(), BLOCK=16)
+        return kv.sum()
+
+    return f
+
+
+def test_every_layer_of_a_cache_is_written_in_place():
+    cap = _check(_every_layer, [torch.randn(3, 16), torch.randn(16)])
+    assert [(op, reason) for op, _, reason, _ in _decisions(cap)] == [
+        ("triton:_add_into", Reason.INPLACE)
+    ] * 3
+    assert cap.reinplaced[0] == """\
+def forward(self, arg0_1, arg1_1):
+    select = torch.ops.aten.select.int(arg0_1, 0, 0)
+    triton_kernel_wrapper_mutation = torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel_idx = 0, constant_args_idx = 0, grid = [(1, 1, 1)], tma_descriptor_metadata = {}, kwargs = {'src_ptr': arg1_1, 'dst_ptr': select})
+    select_3 = torch.ops.aten.select.int(arg0_1, 0, 1)
+    triton_kernel_wrapper_mutation_1 = torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel_idx = 0, constant_args_idx = 1, grid = [(1, 1, 1)], tma_descriptor_metadata = {}, kwargs = {'src_ptr': arg1_1, 'dst_ptr': select_3})
+    select_6 = torch.ops.aten.select.int(arg0_1, 0, 2)
+    triton_kernel_wrapper_mutation_2 = torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel_idx = 0, constant_args_idx = 2, grid = [(1, 1, 1)], tma_descriptor_metadata = {}, kwargs = {'src_ptr': arg1_1, 'dst_ptr': select_6})
+    sum_1 = torch.ops.aten.sum.default(arg0_1)
+    return (sum_1,)"""  # noqa: E501
+
+
+def test_the_last_layer_alone():
+    def program(K):
+        def f(kv, x):
+            K(add_into)[(1,)](x, kv[-1], x.numel(), BLOCK=16)
+
+        return f
+
+    cap = _check(program, [torch.randn(4, 16), torch.randn(16)])
+    assert [reason for _, _, reason, _ in _decisions(cap)] == [Reason.INPLACE]
+
+
+def test_one_layer_written_while_another_is_read():
+    def program(K):
+        def f(kv):
+            K(add_into)[(1,)](kv[0], kv[1], kv.shape[1], BLOCK=16)
+            return kv[0] * 2
+
+        return f
+
+    cap = _check(program, [torch.randn(3, 16)])
+    assert [(args, reason) for _, args, reason, _ in _decisions(cap)] == [
+        (("dst_ptr",), Reason.INPLACE)
+    ]
+
+
+def test_a_slice_of_an_intermediate():
+    def program(K):
+        def f(x, src):
+            y = x * 2
+            K(add_into)[(1,)](src, y[4:12], 8, BLOCK=8)
+            return y
+
+        return f
+
+    cap = _check(program, [torch.randn(16), torch.randn(8)])
+    assert [reason for _, _, reason, _ in _decisions(cap)] == [Reason.INPLACE]
+
+
+def test_a_read_view_overlapping_the_write_copies_the_written_view_alone():
+    # The kernel reads kv[0, 0:8] and writes kv[0, 4:12]: written in place, it would read
+    # elements it has already written. Only the written view (8 floats) is copied, not the
+    # storage from element 0 (clone_preserve_strides would copy 12 floats of a 3 x 16 cache's
+    # first row, and PyTorch's decomposition does).
+    def program(K):
+        def f(kv):
+            K(add_into)[(1,)](kv[0, 0:8], kv[0, 4:12], 8, BLOCK=8)
+
+        return f
+
+    cap = _check(program, [torch.randn(3, 16)])
+    assert [(reason, nbytes) for _, _, reason, nbytes in _decisions(cap)] == [
+        (Reason.READ_BY_CALL, 8 * 4)
+    ]
+
+
+def _read_then_write(K):
+    def f(kv, x):
+        before = kv[1] * 1  # read before the kernel writes kv[1], used after
+        K(add_into)[(1,)](x, kv[1], x.numel(), BLOCK=16)
+        return before + kv[1]
+
+    return f
+
+
+def test_a_read_before_the_call_used_after_it():
+    # Through AOTAutograd the graph runs in order: kv[1] is written in place. Inductor's
+    # locality reordering moves ``before`` next to its user, after the kernel, so there the
+    # clone of kv[1] (that layer alone) stays; the built-in copies two layers (from element 0).
+    cap = _check(_read_then_write, [torch.randn(3, 16), torch.randn(16)])
+    assert [reason for _, _, reason, _ in _decisions(cap)] == [Reason.INPLACE]
+    kv, x = torch.randn(3, 16), torch.randn(16)
+    with autofunc.inductor.collect_reports() as reports:
+        ours = ut.allocated_bytes(ut.post_grad_graph(_read_then_write(wrap_triton), [kv, x]))
+    assert [d.reason for r in reports for d in r.decisions] == [Reason.READ_LATER]
+    autofunc.reinplace_triton_kernels(False)
+    builtin = ut.allocated_bytes(ut.post_grad_graph(_read_then_write(wrap_triton), [kv, x]))
+    assert (ours, builtin) == (16 * 4, 2 * 16 * 4)
+
+
+def test_the_same_tensor_as_two_written_pointers():
+    # Note [One tensor passed as two written pointers]: eager writes x through both pointers;
+    # the functional graph keeps only the last pointer's copy (so PyTorch's decomposition
+    # loses the first pointer's writes). One buffer, written in place: eager's result.
+    def program(K):
+        def f(x):
+            K(bump_both)[(1,)](x, x, x.numel(), BLOCK=16)
+            return x.sum()
+
+        return f
+
+    cap = _check(program, [torch.zeros(16)])
+    (call,) = cap.report.calls
+    (decision,) = call.decisions
+    assert decision.args == ("a_ptr", "b_ptr") and decision.reason is Reason.INPLACE
+
+
+def test_the_same_tensor_as_two_written_pointers_and_read_after():
+    # Under Inductor ``old`` moves after the kernel (locality reordering): one copy of x,
+    # which both pointers write (the built-in: a copy per pointer, one of them reinplaced).
+    def program(K):
+        def f(x):
+            old = x * 1
+            K(bump_both)[(1,)](x, x, x.numel(), BLOCK=16)
+            return old + x
+
+        return f
+
+    _check(program, [torch.zeros(16)])
+    with autofunc.inductor.collect_reports() as reports:
+        gm = ut.post_grad_graph(program(wrap_triton), [torch.zeros(16)])
+    (decision,) = [d for r in reports for d in r.decisions]
+    assert decision.args == ("a_ptr", "b_ptr") and decision.reason is Reason.READ_LATER
+    assert ut.allocated_bytes(gm) == 16 * 4
+    (launch,) = gm.graph.find_nodes(
+        op="call_function", target=torch.ops.higher_order.triton_kernel_wrapper_mutation
+    )
+    a, b = (launch.kwargs["kwargs"][k] for k in ("a_ptr", "b_ptr"))
+    assert a is b or b.args[0] is a  # the one copy (b a fresh alias of it)
+
+
+def test_an_autotuned_kernel():
+    def program(K):
+        def f(kv, x):
+            for layer in range(kv.shape[0]):
+                K(add_into_tuned)[lambda meta: (1,)](x, kv[layer], x.numel())
+
+        return f
+
+    cap = _check(program, [torch.randn(2, 16), torch.randn(16)])
+    assert [reason for _, _, reason, _ in _decisions(cap)] == [Reason.INPLACE] * 2
+
+
+@torch.library.triton_op("autofunc_test_triton::add_into", mutates_args={"dst"})
+def add_into_op(src: torch.Tensor, dst: torch.Tensor) -> None:
+    wrap_triton(add_into)[(1,)](src, dst, src.numel(), BLOCK=16)
+
+
+def test_a_triton_op():
+    def program(K):
+        def f(kv, x):
+            for layer in range(kv.shape[0]):
+                if K is wrap_triton:
+                    add_into_op(x, kv[layer])
+                else:
+                    K(add_into)[(1,)](x, kv[layer], x.numel(), BLOCK=16)
+
+        return f
+
+    cap = _check(program, [torch.randn(3, 16), torch.randn(16)])
+    assert [(op, reason) for op, _, reason, _ in _decisions(cap)] == [
+        ("triton:_add_into", Reason.INPLACE)
+    ] * 3
+
+
+def test_off_leaves_the_calls_to_inductor():
+    autofunc.reinplace_triton_kernels(False)
+    compiled, cap = compile_capture(
+        _every_layer(wrap_triton), before_pass=lambda gm: ut.interpret_kernels()
+    )
+    compiled(torch.randn(3, 16), torch.randn(16))
+    assert not cap.report.calls
+    assert "triton_kernel_wrapper_functional" in cap.reinplaced[0]
+
+
+def test_a_report_says_when_every_tensor_counts_as_written():
+    def program(K):
+        def f(x):
+            K(bump_both)[(1,)](x[:8], x[8:], 8, BLOCK=8)
+
+        return f
+
+    cap = _check(program, [torch.randn(16)])
+    (call,) = cap.report.calls
+    assert "every tensor argument counts as written" in call.note
+    assert "note on" in str(cap.report)
+
+
+# -- Inductor's post-grad graph: what code would be generated from, built-in beside autofunc --
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_inductor_copies_no_cache(layers):
+    kv, x = torch.randn(layers, 16), torch.randn(16)
+    autofunc.reinplace_triton_kernels(False)
+    builtin = ut.allocated_bytes(ut.post_grad_graph(_every_layer(wrap_triton), [kv, x]))
+    autofunc.reinplace_triton_kernels(True)
+    gm = ut.post_grad_graph(_every_layer(wrap_triton), [kv, x])
+    cache = kv.numel() * kv.element_size()
+    # the built-in copies the storage from element 0 to the end of each layer: (L+1)/2 caches
+    assert builtin == cache * (layers + 1) // 2
+    assert ut.allocated_bytes(gm) == 0
+    code = format_graph(gm)
+    assert "triton_kernel_wrapper_functional" not in code
+    assert code.count("triton_kernel_wrapper_mutation(") == layers
+
+
+def test_adapter_state_is_in_the_cache_key():
+    from autofunc.inductor import ReinplacePass
+
+    on = ReinplacePass().uuid()
+    autofunc.reinplace_triton_kernels(False)
+    assert ReinplacePass().uuid() != on
+    assert not triton_adapter.enabled()
