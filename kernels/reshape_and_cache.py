@@ -45,7 +45,7 @@ from ._checks import (
 )
 from ._triton import require_triton, tl, triton, use_triton
 
-__all__ = ["reshape_and_cache", "reshape_and_cache_op", "reshape_and_cache_ref"]
+__all__ = ["launch_args", "reshape_and_cache", "reshape_and_cache_op", "reshape_and_cache_ref"]
 
 
 def reshape_and_cache_ref(
@@ -274,15 +274,29 @@ def reshape_and_cache(
         slot_mapping,
         check_values=index_checks_enabled(slot_mapping),
     )
-    num_tokens, num_heads, head_dim = key.shape
-    if num_tokens == 0:
+    if key.shape[0] == 0:
         return
+    grid, kwargs = launch_args(key, value, key_cache, value_cache, slot_mapping)
+    _reshape_and_cache_kernel[grid](**kwargs)
+
+
+def launch_args(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> tuple[tuple[int, int], dict]:
+    """The grid and keyword arguments of one launch of :func:`_reshape_and_cache_kernel` for
+    arguments :func:`_check_args` accepted (at least one token); pure, so a caller may launch
+    the kernel another way (``torch.library.wrap_triton(kernel)[grid](**kwargs)``)."""
+    num_tokens, num_heads, head_dim = key.shape
     config = _launch_config(num_tokens, num_heads, head_dim)
     grid = (
         triton.cdiv(num_tokens, config["TOKEN_BLOCK"]),
         triton.cdiv(num_heads, config["HEAD_BLOCK"]),
     )
-    _reshape_and_cache_kernel[grid](
+    kwargs = dict(
         key_ptr=key,
         value_ptr=value,
         key_cache_ptr=key_cache,
@@ -310,6 +324,7 @@ def reshape_and_cache(
         stride_slot_mapping_token=slot_mapping.stride(0),
         **config,
     )
+    return grid, kwargs
 
 
 @torch.library.custom_op(

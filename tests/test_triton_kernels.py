@@ -301,3 +301,35 @@ def test_adapter_state_is_in_the_cache_key():
     autofunc.reinplace_triton_kernels(False)
     assert ReinplacePass().uuid() != on
     assert not triton_adapter.enabled()
+
+
+# -- the project's reshape_and_cache kernel through wrap_triton (the bench case) -------------
+
+
+def test_reshape_and_cache_through_wrap_triton_writes_every_layer_in_place():
+    from autofunc.bench import triton_cache
+    from autofunc.kernels.reshape_and_cache import _reshape_and_cache_kernel
+
+    kernel = ut.jit(_reshape_and_cache_kernel.fn)
+
+    def program(K):
+        if K is wrap_triton:
+            return triton_cache.step(wrap_triton, kernel)
+        return triton_cache.step(lambda k: k, ut.eager(kernel))
+
+    cap = _check(program, triton_cache.inputs(3))
+    decisions = _decisions(cap)
+    assert [args for _, args, _, _ in decisions] == [("key_cache_ptr",), ("value_cache_ptr",)] * 3
+    assert {reason for _, _, reason, _ in decisions} == {Reason.INPLACE}
+
+
+def test_bench_case_bytes_per_step(tmp_path):
+    from autofunc.bench import triton_cache
+
+    row = triton_cache.measure(2)
+    # key and value views per layer, each copied from element 0: 1/4 + 2/4 + 3/4 + 4/4 caches
+    assert row["builtin_bytes"] == row["cache_bytes"] * 5 // 2
+    assert row["autofunc_bytes"] == 0
+    out = tmp_path / "t.json"
+    assert triton_cache.main(["--layers", "1", "--json", str(out)]) == 0
+    assert '"autofunc_bytes": 0' in out.read_text()

@@ -99,7 +99,7 @@ def gpu_target() -> Iterator[None]:
     """Make PyTorch see Triton with an sm90 target for the block (see the module)."""
     from torch.utils._triton import has_triton
 
-    before = _driver._active
+    before, entry = _driver._active, backends.get("cpu")  # nested blocks restore the outer's
     backends["cpu"] = Backend(compiler=_NoCompiler, driver=_StubDriver)
     _driver.set_active(_StubDriver())
     has_triton.cache_clear()
@@ -107,7 +107,10 @@ def gpu_target() -> Iterator[None]:
         assert has_triton(), "the stub driver did not make has_triton() hold"
         yield
     finally:
-        backends.pop("cpu", None)
+        if entry is None:
+            backends.pop("cpu", None)
+        else:
+            backends["cpu"] = entry
         _driver._active = before
         has_triton.cache_clear()
 

@@ -216,6 +216,11 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                 for o in [out, *also.get(k, ())]:
                     if o is not None:
                         analysis.merge(buf.node, o)
+                        o.replace_all_uses_with(buf.node)
+                        graph.erase_node(o)
+                # Note [Buffers of one call decided in turn]
+                if buf.node.op != "placeholder":
+                    _fold_scatters(ctx, buf.node)
             else:
                 direct = all(c.is_alias for c in buf.chains)
                 clone = emit_clone(ctx, buf.node, aliased=aliased, direct=direct)
@@ -227,6 +232,8 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
         call, num_returns = _emit_call(ctx, node, m, arg_bases)
     buffer_of = {buf.out_index: i for i, buf in enumerate(bufs)} | dict(m.also_keys)
     for key, user in outs.items():
+        if key in buffer_of and decisions[buffer_of[key]]:
+            continue  # replaced by the buffer itself already
         if key in buffer_of:
             repl = new_bufs[buffer_of[key]]
         else:  # one of the op's own outputs
@@ -236,10 +243,17 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
         user.replace_all_uses_with(repl)
         graph.erase_node(user)
     graph.erase_node(node)
-    for buf, decision in zip(bufs, decisions):
-        if decision and buf.node.op != "placeholder":
-            _fold_scatters(ctx, buf.node)
     return CallReport(node.name, m.op_name, m.strategy, decisions, m.note)
+
+
+# Note [Buffers of one call decided in turn]
+# A call may write several views of one graph input (``kernel(kv[l, 0], kv[l, 1])`` through a
+# Triton kernel or v1): functionalization scatters the first view's new value into the input,
+# then the second's into that result. A buffer written in place has its output replaced by the
+# buffer and its scatters folded (``_fold_scatters``) before the next buffer of the same call is
+# decided, so the next one sees the graph as the rewrite leaves it, as the buffers of a later
+# call do: its own scatters then fold into the input too, where deciding all buffers first
+# would see the first one's unfolded scatter as a read of the old input and copy the second.
 
 
 def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
