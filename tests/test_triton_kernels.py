@@ -15,37 +15,21 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-import triton.language as tl  # noqa: E402
 from torch.library import wrap_triton  # noqa: E402
 
 import autofunc  # noqa: E402
 from autofunc import Reason  # noqa: E402
+from autofunc.bench import triton_cache  # noqa: E402
 from autofunc.bench import user_triton as ut  # noqa: E402
 from autofunc.hops import triton as triton_adapter  # noqa: E402
 from autofunc.testing import compile_capture, format_graph, run_against_eager  # noqa: E402
 
 
-def _add_into(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
-    """dst[i] += src[i] for i < n (reads dst and src, writes dst)."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    total = tl.load(dst_ptr + offs, mask=m) + tl.load(src_ptr + offs, mask=m)
-    tl.store(dst_ptr + offs, total, mask=m)
-
-
-def _bump_both(a_ptr, b_ptr, n, BLOCK: tl.constexpr):
-    """a[i] += 1 for i < n, then b[i] += 10: writes both pointers."""
-    offs = tl.arange(0, BLOCK)
-    m = offs < n
-    tl.store(a_ptr + offs, tl.load(a_ptr + offs, mask=m) + 1, mask=m)
-    tl.store(b_ptr + offs, tl.load(b_ptr + offs, mask=m) + 10, mask=m)
-
-
-add_into = ut.jit(_add_into)
-bump_both = ut.jit(_bump_both)
+add_into = triton_cache.kernels()["add_into"]
+bump_both = triton_cache.kernels()["bump_both"]
 add_into_tuned = triton.autotune(
     configs=[triton.Config({"BLOCK": 16}, num_warps=1)], key=["n"]
-)(ut.jit(_add_into))
+)(ut.jit(add_into.fn))
 
 
 @pytest.fixture(autouse=True)
@@ -307,7 +291,6 @@ def test_adapter_state_is_in_the_cache_key():
 
 
 def test_reshape_and_cache_through_wrap_triton_writes_every_layer_in_place():
-    from autofunc.bench import triton_cache
     from autofunc.kernels.reshape_and_cache import _reshape_and_cache_kernel
 
     kernel = ut.jit(_reshape_and_cache_kernel.fn)
@@ -324,8 +307,6 @@ def test_reshape_and_cache_through_wrap_triton_writes_every_layer_in_place():
 
 
 def test_bench_case_bytes_per_step(tmp_path):
-    from autofunc.bench import triton_cache
-
     row = triton_cache.measure(2)
     # key and value views per layer, each copied from element 0: 1/4 + 2/4 + 3/4 + 4/4 caches
     assert row["builtin_bytes"] == row["cache_bytes"] * 5 // 2
@@ -333,3 +314,38 @@ def test_bench_case_bytes_per_step(tmp_path):
     out = tmp_path / "t.json"
     assert triton_cache.main(["--layers", "1", "--json", str(out)]) == 0
     assert '"autofunc_bytes": 0' in out.read_text()
+
+
+def test_explain_shows_kernels_beside_custom_op_calls():
+    from autofunc.bench import corpus
+
+    ut.preload(add_into)
+
+    def f(kv, x):
+        corpus.add_(kv[0], x)
+        wrap_triton(add_into)[(1,)](x, kv[1], x.numel(), BLOCK=16)
+
+    kv, x = torch.randn(2, 16), torch.randn(16)
+    expected = kv.clone()
+    expected[0] += x
+    expected[1] += x
+    report = autofunc.explain(f, kv, x, backend="aot_eager", ops=[corpus.add_])
+    assert [(c.op, c.strategy) for c in report.calls] == [
+        ("autofunc_corpus::add_.default", "v2"),
+        ("triton:_add_into", "triton"),
+    ]
+    assert report.num_clones == 0
+    assert torch.allclose(kv, expected)
+
+
+def test_bench_cases_never_copy_more_than_the_builtin():
+    rows = {r["case"]: (r["builtin_bytes"], r["autofunc_bytes"]) for r in triton_cache.compare_cases()}
+    assert rows == {
+        "kv[l] for every layer (4)": (640, 0),  # 1/4 + 2/4 + 3/4 + 4/4 of a 256 B cache
+        "the last layer alone": (256, 0),
+        "kv[1] written, kv[0] read": (128, 0),
+        "a slice of an intermediate": (64, 0),
+        "a read view overlapping the write": (112, 32),  # the written 8 floats alone
+        "a read before, used after": (128, 64),  # that layer alone
+        "one tensor as two written pointers": (64, 0),  # the built-in's result is wrong
+    }

@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..kernels._triton import tl
+
 __all__ = ["Row", "main", "measure", "step"]
 
 # A small cache per layer (the ratio, not the size, is the point on CPU): 16 blocks of 16 slots,
@@ -97,6 +99,131 @@ def _bytes(kernel: Any, args: list, device: str) -> int:
     return measure_memory(lambda: compiled(*args), device).peak
 
 
+# -- the issue's cases, each a program of one or two launches: bytes beside the built-in's ----
+
+
+def _add_into(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    """dst[i] += src[i] for i < n (reads dst and src, writes dst)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    total = tl.load(dst_ptr + offs, mask=m) + tl.load(src_ptr + offs, mask=m)
+    tl.store(dst_ptr + offs, total, mask=m)
+
+
+def _bump_both(a_ptr, b_ptr, n, BLOCK: tl.constexpr):
+    """a[i] += 1 for i < n, then b[i] += 10: writes both pointers."""
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(a_ptr + offs, tl.load(a_ptr + offs, mask=m) + 1, mask=m)
+    tl.store(b_ptr + offs, tl.load(b_ptr + offs, mask=m) + 10, mask=m)
+
+
+def kernels() -> dict[str, Any]:
+    """The case kernels as ``JITFunction`` objects (made once)."""
+    global _KERNELS
+    if _KERNELS is None:
+        from . import user_triton
+
+        _KERNELS = {"add_into": user_triton.jit(_add_into), "bump_both": user_triton.jit(_bump_both)}
+    return _KERNELS
+
+
+_KERNELS: dict[str, Any] | None = None
+
+
+def _case_programs() -> dict[str, tuple[Callable, Callable[[], list]]]:
+    """name -> (program given the launcher and the kernels, its inputs)."""
+
+    def every_layer(K, k):
+        def f(kv, x):
+            for layer in range(kv.shape[0]):
+                K(k["add_into"])[(1,)](x, kv[layer], x.numel(), BLOCK=16)
+
+        return f
+
+    def last_layer(K, k):
+        def f(kv, x):
+            K(k["add_into"])[(1,)](x, kv[-1], x.numel(), BLOCK=16)
+
+        return f
+
+    def read_other_layer(K, k):
+        def f(kv):
+            K(k["add_into"])[(1,)](kv[0], kv[1], kv.shape[1], BLOCK=16)
+
+        return f
+
+    def slice_of_intermediate(K, k):
+        def f(x, src):
+            y = x * 2
+            K(k["add_into"])[(1,)](src, y[8:16], 8, BLOCK=8)
+            return y
+
+        return f
+
+    def read_overlaps_write(K, k):
+        def f(kv):
+            K(k["add_into"])[(1,)](kv[1, 0:8], kv[1, 4:12], 8, BLOCK=8)
+
+        return f
+
+    def read_before_used_after(K, k):
+        def f(kv, x):
+            before = kv[1] * 1
+            K(k["add_into"])[(1,)](x, kv[1], x.numel(), BLOCK=16)
+            return before + kv[1]
+
+        return f
+
+    def two_pointers(K, k):
+        def f(x):
+            K(k["bump_both"])[(1,)](x, x, x.numel(), BLOCK=16)
+
+        return f
+
+    cache = lambda: [torch.randn(4, 16), torch.randn(16)]  # noqa: E731
+    return {
+        "kv[l] for every layer (4)": (every_layer, cache),
+        "the last layer alone": (last_layer, cache),
+        "kv[1] written, kv[0] read": (read_other_layer, lambda: [torch.randn(4, 16)]),
+        "a slice of an intermediate": (
+            slice_of_intermediate, lambda: [torch.randn(16), torch.randn(8)]
+        ),
+        "a read view overlapping the write": (read_overlaps_write, lambda: [torch.randn(4, 16)]),
+        "a read before, used after": (read_before_used_after, cache),
+        "one tensor as two written pointers": (two_pointers, lambda: [torch.zeros(16)]),
+    }
+
+
+def compare_cases() -> list[dict]:
+    """Per case, the bytes Inductor's post-grad graph allocates under PyTorch's handling and
+    under autofunc's (CPU, stub sm90 target)."""
+    import autofunc
+    from torch.library import wrap_triton
+
+    from . import user_triton
+
+    rows = []
+    with user_triton.gpu_target():
+        for name, (program, make_inputs) in _case_programs().items():
+            row: dict[str, Any] = {"case": name}
+            for label, on in (("builtin", False), ("autofunc", True)):
+                autofunc.reinplace_triton_kernels(on)
+                gm = user_triton.post_grad_graph(program(wrap_triton, kernels()), make_inputs())
+                row[f"{label}_bytes"] = user_triton.allocated_bytes(gm)
+            rows.append(row)
+    autofunc.reinplace_triton_kernels(False)
+    return rows
+
+
+def format_cases(rows: list[dict]) -> str:
+    width = max(len(r["case"]) for r in rows)
+    head = f"{'case':<{width}}  {'builtin':>8}  {'autofunc':>8}"
+    lines = [head, "-" * len(head)]
+    lines += [f"{r['case']:<{width}}  {r['builtin_bytes']:>8}  {r['autofunc_bytes']:>8}" for r in rows]
+    return "\n".join(lines)
+
+
 def format_table(rows: list[Row]) -> str:
     head = f"{'layers':>6}  {'cache':>10}  {'builtin/step':>13}  {'caches':>6}  {'autofunc/step':>13}"
     lines = [head, "-" * len(head)]
@@ -117,15 +244,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", default="2,4,8,16,32", help="comma-separated layer counts")
     ap.add_argument("--device", default="cpu", help="cpu (graph allocations) or cuda (measured)")
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument(
+        "--cases", action="store_true", help="also the small cases (bytes per program, CPU)"
+    )
     ns = ap.parse_args(argv)
     if ns.json is not None:
         ns.json.parent.mkdir(parents=True, exist_ok=True)
         ns.json.write_text("[]")  # fail on an unwritable path before the work
-    rows = []
+    rows: list = []
+    result: dict[str, Any] = {"device": ns.device, "rows": rows}
     for layers in (int(x) for x in ns.layers.split(",")):
         rows.append(measure(layers, ns.device))
         if ns.json is not None:
-            ns.json.write_text(json.dumps({"device": ns.device, "rows": rows}, indent=1))
+            ns.json.write_text(json.dumps(result, indent=1))
+    if ns.cases:
+        result["cases"] = compare_cases()
+        print(format_cases(result["cases"]))
+        print()
+        if ns.json is not None:
+            ns.json.write_text(json.dumps(result, indent=1))
     print(format_table(rows))
     worst = max(r["autofunc_bytes"] for r in rows)
     print(

@@ -43,6 +43,7 @@ __all__ = [
     "interpret_kernels",
     "jit",
     "post_grad_graph",
+    "preload",
 ]
 
 
@@ -148,6 +149,16 @@ def interpret_kernels() -> None:
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
     for idx, kernel in list(kernel_side_table.id_to_kernel.items()):
+        kernel_side_table.id_to_kernel[idx] = _interpreted(kernel)
+
+
+def preload(*kernels: Any) -> None:
+    """Put ``kernels`` in PyTorch's kernel side table, interpreted, before anything traces them
+    (a compile that also runs, such as ``explain``, launches them in the same call)."""
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    for kernel in kernels:
+        idx = kernel_side_table.add_kernel(kernel)
         kernel_side_table.id_to_kernel[idx] = _interpreted(kernel)
 
 
