@@ -229,6 +229,8 @@ def test_gpu_campaign_dry_run(tmp_path):
     rows = [line.split("\t") for line in (tmp_path / "campaign.tsv").read_text().splitlines()]
     assert rows[0] == ["step", "rc", "seconds", "budget_s"]
     steps = [r[0] for r in rows[1:]]
-    assert steps == ["correctness", "kernels", "bench", "bench_cg", "compare", "fuzz_seed0"]
+    assert steps == [
+        "correctness", "kernels", "bench", "bench_cg", "compare", "fuzz_seed0", "triton_cache"
+    ]
     assert all(r[1] == "0" for r in rows[1:])
     assert sum(int(r[3]) for r in rows[1:]) <= 1500

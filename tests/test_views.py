@@ -235,7 +235,9 @@ def test_inference_makes_no_reference_cycles() -> None:
     from autofunc import views
 
     views._infer.cache_clear()
-    gc.collect()
+    for _ in range(10):  # drain earlier tests' garbage (finalizers may free more in a 2nd pass)
+        if gc.collect() == 0:
+            break
     gc.disable()
     try:
         chain = infer_view((4, 6, 8), (48, 8, 1), 0, (3, 4), (8, 1), 52)  # x[1, 1:4, 4:]

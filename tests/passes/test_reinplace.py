@@ -54,7 +54,9 @@ EXPECTED = {
     # q and k are interleaved but disjoint; v is read afterwards
     # v1: the first clone's scatter reads the old base around it, hence where the second writes
     "qkv_split": ([Reason.INPLACE, Reason.READ_LATER], [Reason.INPLACE]),
-    "two_disjoint": ([Reason.INPLACE, Reason.READ_LATER], [Reason.INPLACE]),
+    # v1: the second is decided once the first's scatter is folded (Note [Buffers of one call
+    # decided in turn])
+    "two_disjoint": ([Reason.INPLACE, Reason.INPLACE], [Reason.INPLACE]),
     # overlapping views: v1 hands the call to v2, which clones their common base once
     "two_overlapping": ([Reason.INPLACE], [Reason.INPLACE]),
     "disjoint_read_by_call": ([Reason.INPLACE], [Reason.INPLACE]),
