@@ -14,8 +14,9 @@ import contextlib
 import functools
 import logging
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch._inductor.config as inductor_config

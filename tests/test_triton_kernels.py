@@ -15,15 +15,14 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from torch.library import wrap_triton  # noqa: E402
+from torch.library import wrap_triton
 
-import autofunc  # noqa: E402
-from autofunc import Reason  # noqa: E402
-from autofunc.bench import triton_cache  # noqa: E402
-from autofunc.bench import user_triton as ut  # noqa: E402
-from autofunc.hops import triton as triton_adapter  # noqa: E402
-from autofunc.testing import compile_capture, format_graph, run_against_eager  # noqa: E402
-
+import autofunc
+from autofunc import Reason
+from autofunc.bench import triton_cache
+from autofunc.bench import user_triton as ut
+from autofunc.hops import triton as triton_adapter
+from autofunc.testing import compile_capture, format_graph, run_against_eager
 
 add_into = triton_cache.kernels()["add_into"]
 bump_both = triton_cache.kernels()["bump_both"]
@@ -79,7 +78,7 @@ def forward(self, arg0_1, arg1_1):
     select_6 = torch.ops.aten.select.int(arg0_1, 0, 2)
     triton_kernel_wrapper_mutation_2 = torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel_idx = 0, constant_args_idx = 2, grid = [(1, 1, 1)], tma_descriptor_metadata = {}, kwargs = {'src_ptr': arg1_1, 'dst_ptr': select_6})
     sum_1 = torch.ops.aten.sum.default(arg0_1)
-    return (sum_1,)"""  # noqa: E501
+    return (sum_1,)"""
 
 
 def test_the_last_layer_alone():

@@ -17,8 +17,8 @@ from autofunc.views import (
     ViewChain,
     decode_chain,
     encode_chain,
-    infer_view,
     infer_dtype_view,
+    infer_view,
     infer_view_of,
     read_chain,
 )
@@ -525,7 +525,7 @@ def test_regions_are_in_bytes_across_dtypes() -> None:
     from autofunc.regions import contains, overlaps, region_of
 
     kv = _u8(2, 2, 16)
-    r = lambda t: region_of(t, kv)  # noqa: E731
+    r = lambda t: region_of(t, kv)
     layer0, layer1 = r(kv[0].view(F8)), r(kv[1])
     assert not overlaps(layer0, layer1) and overlaps(layer0, r(kv[0, 1]))
     assert contains(r(kv[0]), r(kv[0, 1].view(F8))) and not contains(r(kv[0, 1]), r(kv[0]))

@@ -23,8 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -67,6 +68,7 @@ class Row(dict):
 def measure(layers: int, device: str = "cpu") -> Row:
     """Bytes per step for PyTorch's handling and for autofunc's at ``layers`` layers."""
     import autofunc
+
     from ..kernels.reshape_and_cache import _reshape_and_cache_kernel
 
     args = inputs(layers, device)
@@ -181,7 +183,7 @@ def _case_programs() -> dict[str, tuple[Callable, Callable[[], list]]]:
 
         return f
 
-    cache = lambda: [torch.randn(4, 16), torch.randn(16)]  # noqa: E731
+    cache = lambda: [torch.randn(4, 16), torch.randn(16)]
     return {
         "kv[l] for every layer (4)": (every_layer, cache),
         "the last layer alone": (last_layer, cache),
@@ -198,8 +200,9 @@ def _case_programs() -> dict[str, tuple[Callable, Callable[[], list]]]:
 def compare_cases() -> list[dict]:
     """Per case, the bytes Inductor's post-grad graph allocates under PyTorch's handling and
     under autofunc's (CPU, stub sm90 target)."""
-    import autofunc
     from torch.library import wrap_triton
+
+    import autofunc
 
     from . import user_triton
 

@@ -24,11 +24,12 @@ Needs ``triton``; importing this module without it raises ``ImportError``.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from unittest import mock
 
 import torch
-import torch.fx as fx
+from torch import fx
 from triton.backends import Backend, DriverBase, backends
 from triton.backends.compiler import GPUTarget
 from triton.runtime.autotuner import Autotuner
@@ -176,7 +177,7 @@ def post_grad_graph(fn: Callable, args: list) -> fx.GraphModule:
     the end of the post-grad passes (autofunc's pass, then Inductor's own re-inplacing and the
     decomposition of the functional kernel calls), without caches. Call inside
     :func:`gpu_target`."""
-    import torch._inductor.compile_fx as compile_fx
+    from torch._inductor import compile_fx
 
     graphs: list[fx.GraphModule] = []
     run_passes = compile_fx._recursive_post_grad_passes

@@ -27,7 +27,8 @@ Imports ``schema`` and ``views`` only.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from .. import views
 from ..schema import OpInfo

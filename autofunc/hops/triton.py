@@ -42,7 +42,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.fx as fx
+from torch import fx
 from torch._higher_order_ops.triton_kernel_wrap import (
     kernel_side_table,
     triton_kernel_wrapper_functional,

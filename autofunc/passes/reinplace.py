@@ -27,7 +27,7 @@ import operator
 from typing import Any
 
 import torch
-import torch.fx as fx
+from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from .. import hops as _hops  # noqa: F401 - registers the v1 and v2 adapters
@@ -71,7 +71,7 @@ from .rules import RULES, Rule, _decide, _lazy_under_inductor, _Query
 from .scatters import _fold_scatters
 from .share_views import share_input_views
 
-__all__ = ["reinplace", "RULES", "Rule"]
+__all__ = ["RULES", "Rule", "reinplace"]
 
 log = logging.getLogger("autofunc.reinplace")
 
@@ -314,7 +314,7 @@ def _nbytes(val: Any) -> int:
         return 0
     numel = val.numel()
     n = numel * val.element_size()
-    return int(n) if isinstance(n, int) else int(getattr(n, "node").hint or 0)
+    return int(n) if isinstance(n, int) else int(n.node.hint or 0)
 
 
 def _check_vals(hops: list[fx.Node]) -> None:
