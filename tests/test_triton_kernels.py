@@ -348,3 +348,33 @@ def test_bench_cases_never_copy_more_than_the_builtin():
         "a read before, used after": (128, 64),  # that layer alone
         "one tensor as two written pointers": (64, 0),  # the built-in's result is wrong
     }
+
+
+def test_dynamic_shapes_and_a_recompile():
+    # A second size recompiles: the kernel in the side table must still be analysable then.
+    def program(K):
+        def f(kv, x):
+            for layer in range(kv.shape[0]):
+                K(add_into)[((x.numel() + 15) // 16,)](x, kv[layer], x.numel(), BLOCK=16)
+            return kv[0] * 2
+
+        return f
+
+    for n in (16, 40):
+        cap = _check(program, [torch.randn(3, n), torch.randn(n)], dynamic=True)
+        assert [(args, reason) for _, args, reason, _ in _decisions(cap)] == [
+            (("dst_ptr",), Reason.INPLACE)
+        ] * 3
+
+
+def test_a_training_graph():
+    def program(K):
+        def f(kv, x, w):
+            K(add_into)[(1,)](x, kv[1], x.numel(), BLOCK=16)
+            return (kv[1] * w).sum()
+
+        return f
+
+    w = torch.randn(16, requires_grad=True)
+    cap = _check(program, [torch.randn(3, 16), torch.randn(16), w])
+    assert [reason for _, _, reason, _ in _decisions(cap)] == [Reason.INPLACE]

@@ -9,7 +9,8 @@ Two things stand between a CPU machine and a compiled program that launches a us
   reports an H100 target (nothing is compiled for it: only the IR is made), and a ``cpu`` entry
   in Triton's backend table so that ``has_triton()`` holds. The write analysis is then exact.
 * A traced graph launches the kernel through PyTorch's kernel side table.
-  :func:`interpret_kernels` replaces each kernel there by Triton's interpreter, so the captured
+  :func:`interpret_kernels` replaces each kernel there by one that launches under Triton's
+  interpreter (still a ``JITFunction``, so a retrace analyses it as before), so the captured
   graphs run on CPU tensors and can be compared with eager (which runs the interpreter too).
 
 ``jit`` makes a ``JITFunction`` even under ``TRITON_INTERPRET=1`` (which ``tests/conftest.py``
@@ -24,6 +25,7 @@ Needs ``triton``; importing this module without it raises ``ImportError``.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
@@ -117,30 +119,26 @@ def gpu_target() -> Iterator[None]:
         has_triton.cache_clear()
 
 
-class _InterpretedAutotuner:
-    """An autotuned kernel run by the interpreter with its first config (what PyTorch traced
-    with: ``generate_ttir`` takes ``configs[0]`` too)."""
+class _Interpreted(JITFunction):
+    """A ``JITFunction`` that launches under Triton's interpreter. It stays a ``JITFunction``
+    (every attribute of the original), so a retrace (a recompile for new shapes) still analyses
+    its IR; only ``run`` differs."""
 
-    def __init__(self, tuner: Autotuner) -> None:
-        self.fn = InterpretedFunction(tuner.fn.fn)
-        self.configs = tuner.configs
-        self.arg_names = tuner.arg_names
+    def __init__(self, kernel: JITFunction) -> None:  # no super().__init__: a copy of kernel
+        self.__dict__.update(kernel.__dict__)
+        self._interpreter = InterpretedFunction(kernel.fn)
 
-    def __getitem__(self, grid: Any) -> Callable:
-        config = self.configs[0].kwargs
-
-        def launch(*args: Any, **kwargs: Any) -> Any:
-            g = grid(dict(config)) if callable(grid) else grid
-            return self.fn.run(*args, grid=g, warmup=False, **kwargs, **config)
-
-        return launch
+    def run(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        return self._interpreter.run(*args, grid=grid, warmup=warmup, **kwargs)
 
 
 def _interpreted(kernel: Any) -> Any:
-    if isinstance(kernel, Autotuner):
-        return _InterpretedAutotuner(kernel)
-    if isinstance(kernel, JITFunction):
-        return InterpretedFunction(kernel.fn)
+    if isinstance(kernel, Autotuner):  # a copy whose function launches interpreted
+        tuner = copy.copy(kernel)
+        tuner.fn = _interpreted(kernel.fn)
+        return tuner
+    if isinstance(kernel, JITFunction) and not isinstance(kernel, _Interpreted):
+        return _Interpreted(kernel)
     return kernel
 
 
