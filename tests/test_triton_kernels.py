@@ -160,45 +160,54 @@ def test_a_read_before_the_call_used_after_it():
     assert (ours, builtin) == (16 * 4, 2 * 16 * 4)
 
 
+def _two_pointers(K):
+    def f(x):
+        K(bump_both)[(1,)](x, x, x.numel(), BLOCK=16)
+        return x.sum()
+
+    return f
+
+
 def test_the_same_tensor_as_two_written_pointers():
-    # Note [One tensor passed as two written pointers]: eager writes x through both pointers;
-    # the functional graph keeps only the last pointer's copy (so PyTorch's decomposition
-    # loses the first pointer's writes). One buffer, written in place: eager's result.
-    def program(K):
-        def f(x):
-            K(bump_both)[(1,)](x, x, x.numel(), BLOCK=16)
-            return x.sum()
-
-        return f
-
-    cap = _check(program, [torch.zeros(16)])
+    # Note [One tensor passed as two written pointers]: eager writes x through both pointers
+    # (11 everywhere); the functional graph keeps only the last pointer's copy (10), as
+    # PyTorch's own handling does (pytorch#196657). autofunc keeps the graph's meaning with one
+    # pointer in place, and says so in the report.
+    x = torch.zeros(16)
+    compiled, cap = compile_capture(
+        _two_pointers(wrap_triton), before_pass=lambda gm: ut.interpret_kernels()
+    )
+    compiled(x)
+    assert torch.equal(x, torch.full((16,), 10.0))
     (call,) = cap.report.calls
-    (decision,) = call.decisions
-    assert decision.args == ("a_ptr", "b_ptr") and decision.reason is Reason.INPLACE
+    assert [(d.args, d.reason) for d in call.decisions] == [
+        (("a_ptr",), Reason.INPLACE),
+        (("b_ptr",), Reason.SAME_BUFFER_TWICE),
+    ]
+    assert "pytorch#196657" in call.note
 
 
-def test_the_same_tensor_as_two_written_pointers_and_read_after():
-    # Under Inductor ``old`` moves after the kernel (locality reordering): one copy of x,
-    # which both pointers write (the built-in: a copy per pointer, one of them reinplaced).
+def test_a_clone_inductor_removes_keeps_both_pointers_apart():
+    # y = x.clone() is a no-op to Inductor (remove_noop_ops), so the kernel's two pointers
+    # reach the pass as one node, which must not be written as one buffer: x gets +1, y +10.
     def program(K):
         def f(x):
-            old = x * 1
-            K(bump_both)[(1,)](x, x, x.numel(), BLOCK=16)
-            return old + x
+            y = x.clone()
+            K(bump_both)[(1,)](x, y, x.numel(), BLOCK=16)
+            return x * 1, y * 1
 
         return f
 
     _check(program, [torch.zeros(16)])
     with autofunc.inductor.collect_reports() as reports:
         gm = ut.post_grad_graph(program(wrap_triton), [torch.zeros(16)])
-    (decision,) = [d for r in reports for d in r.decisions]
-    assert decision.args == ("a_ptr", "b_ptr") and decision.reason is Reason.READ_LATER
-    assert ut.allocated_bytes(gm) == 16 * 4
+    (call,) = [c for r in reports for c in r.calls]
+    assert [d.reason for d in call.decisions] == [Reason.INPLACE, Reason.SAME_BUFFER_TWICE]
     (launch,) = gm.graph.find_nodes(
         op="call_function", target=torch.ops.higher_order.triton_kernel_wrapper_mutation
     )
     a, b = (launch.kwargs["kwargs"][k] for k in ("a_ptr", "b_ptr"))
-    assert a is b or b.args[0] is a  # the one copy (b a fresh alias of it)
+    assert a is not b and b.target is torch.ops.aten.clone.default
 
 
 def test_an_autotuned_kernel():
@@ -346,7 +355,7 @@ def test_bench_cases_never_copy_more_than_the_builtin():
         "a slice of an intermediate": (64, 0),
         "a read view overlapping the write": (112, 32),  # the written 8 floats alone
         "a read before, used after": (128, 64),  # that layer alone
-        "one tensor as two written pointers": (64, 0),  # the built-in's result is wrong
+        "one tensor as two written pointers": (64, 64),  # both keep the graph's (wrong) meaning
     }
 
 

@@ -27,12 +27,12 @@ sound, only not as cheap as it could be.
 Note [One tensor passed as two written pointers]
 Functionalization clones each written argument on its own, so ``kernel(x, x)`` writing both
 pointers gives two copies, and the graph's value of ``x`` afterwards is the copy the last
-pointer wrote: the other pointer's writes are lost, where eager has both (PyTorch's own
-decomposition gives that wrong result). The adapter makes such a value one buffer with a slot
-per pointer, as in eager: written in place, or else one copy that both pointers write, which
-is then the value of every output that names it. Two *different* values that overlap (``x[:8]``
-and ``x[4:]``) stay two buffers, and the rule against overlapping mutable buffers copies them
-apart, which keeps the graph's meaning, not eager's.
+pointer wrote: the other pointer's writes are lost, where eager has both (pytorch#196657; PyTorch's
+own decomposition gives that wrong result). The graph cannot tell that case from two separate
+tensors that are one node only because Inductor removed ``y = x.clone()`` as a no-op before the
+pass ran (``remove_noop_ops``), where the separate copies are right. So the pass keeps the
+graph's meaning: one of the buffers may be written in place, the others are copied from the old
+value (Note [One memory, two mutable buffers]), and the report's note names the pointers.
 
 Imports ``adapter`` and ``views`` only (and PyTorch's HOP objects).
 """
@@ -86,26 +86,25 @@ class TritonAdapter:
         args: dict[str, Any] = dict(node.kwargs["kwargs"])
         tensors = [k for k, v in args.items() if _is_tensor(v)]
         written = [k for k in node.kwargs["tensors_to_clone"] if _is_tensor(args.get(k))]
-        # Note [One tensor passed as two written pointers]: one buffer per written value
-        buffers: list[Any] = []
-        for k in written:
-            if args[k] not in buffers:
-                buffers.append(args[k])
-        index = {k: buffers.index(args[k]) for k in written}
-        slots = tuple(Slot(k, None, index[k], views.ViewChain()) for k in written)
+        slots = tuple(Slot(k, None, i, views.ViewChain()) for i, k in enumerate(written))
         reads = {k: (None if k in written else v) for k, v in args.items()}
-        # the value the graph goes on with is the copy the last of a buffer's pointers names
-        last = {i: k for k, i in index.items()}
-        keys = tuple(last[i] for i in range(len(buffers)))
-        also = tuple((k, i) for k, i in index.items() if k != last[i])
 
         def call(new: list[Any]) -> DirectCall:
             kwargs = {**args, **dict(zip(written, new, strict=True))}
             return DirectCall(triton_kernel_wrapper_mutation, (), {**launch, "kwargs": kwargs}, 0)
 
-        note = ""
+        notes = []
+        twice = sorted({k for k in written if [args[j] for j in written].count(args[k]) > 1})
+        if twice:
+            notes.append(
+                f"{', '.join(twice)} are one value: if eager passed one tensor to these written "
+                "pointers, the functional graph keeps only the last one's writes, a PyTorch bug "
+                "(pytorch#196657) autofunc cannot undo; if they were separate copies (a clone "
+                "Inductor removed), each keeps its own (Note [One tensor passed as two written "
+                "pointers])"
+            )
         if len(tensors) > 1 and len(written) == len(tensors):
-            note = (
+            notes.append(
                 "every tensor argument counts as written: the kernel writes them all, or "
                 "PyTorch could not analyse its IR (a warning from identify_accessed_tensors says "
                 "so); reads among them may be cloned needlessly "
@@ -114,14 +113,13 @@ class TritonAdapter:
         return Mutation(
             None,
             self.strategy,
-            tuple(buffers),
+            tuple(args[k] for k in written),
             slots,
             reads,
             name=kernel_name(launch["kernel_idx"]),
-            buffer_keys=keys,
-            also_keys=also,
+            buffer_keys=tuple(written),
             call=call,
-            note=note,
+            note="; ".join(notes),
         )
 
 

@@ -45,6 +45,7 @@ class _Query:
     m: Mutation
     buf: _Buffer
     bufs: list[_Buffer]  # every buffer of the call, ``buf`` among them
+    inplace: tuple[_Buffer, ...] = ()  # the buffers of the call already written in place
 
     @functools.cached_property
     def root(self) -> fx.Node:
@@ -100,8 +101,15 @@ def _unfixed_layout(q: _Query) -> Verdict:
 
 
 def _same_buffer_twice(q: _Query) -> Verdict:
+    """Note [One memory, two mutable buffers]
+    A node's semantics give each of its buffers a copy of its own, also when two of them are
+    one memory (a kernel given one tensor as two written pointers; ``op(x, y)`` once Inductor
+    removed ``y = x.clone()`` as a no-op). One of them may still be written in place: the
+    others are copied before the call, from the old value, as the semantics say. So a buffer
+    objects only when an overlapping buffer of the same call was already written in place
+    (the buffers are decided in turn, Note [Buffers of one call decided in turn])."""
     analysis = q.ctx.analysis
-    for other in q.bufs:
+    for other in q.inplace:
         if other is not q.buf and analysis.may_overlap(
             other.node, _written(analysis, other), q.buf.node, q.written
         ):
