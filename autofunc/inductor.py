@@ -94,7 +94,7 @@ class ReinplacePass(_Base):
             with _collectors_lock:
                 for reports in _collectors:
                     reports.append(report)
-            log.debug("%s", report)
+            _publish(report)
         if self.then is None:
             return
         if (
@@ -119,6 +119,30 @@ class ReinplacePass(_Base):
         )
         then = self.then.uuid() if hasattr(self.then, "uuid") else repr(self.then)
         return (own.hex(), registry.state_token(), then)
+
+
+def _publish(report: Any) -> None:
+    """Note [Diagnostics the PyTorch way]
+    Each compiled graph's report goes where PyTorch's own compile diagnostics go: the log
+    ``autofunc`` (``TORCH_LOGS=autofunc`` prints the report, ``+autofunc`` each decision as it
+    is made), the structured trace (``TORCH_TRACE=dir``; ``tlparse`` lists it as the artifact
+    ``autofunc_reinplace_report``), and ``torch._dynamo.utils.counters["autofunc"]`` (calls,
+    buffers in place and cloned, bytes cloned and saved), beside Inductor's counters."""
+    from torch._dynamo.utils import counters
+    from torch._logging import trace_structured
+
+    log.info("%s", report)
+    trace_structured(
+        "artifact",
+        metadata_fn=lambda: {"name": "autofunc_reinplace_report", "encoding": "string"},
+        payload_fn=lambda: str(report),
+    )
+    c = counters["autofunc"]
+    c["calls"] += len(report.calls)
+    c["inplace"] += sum(1 for d in report.decisions if d)
+    c["cloned"] += report.num_clones
+    c["bytes_cloned"] += report.bytes_cloned
+    c["bytes_saved"] += report.bytes_saved
 
 
 # The modules whose code decides what the pass and the HOPs emit (the cache key hashes these
