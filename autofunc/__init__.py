@@ -18,9 +18,9 @@ from .errors import (
     UnsupportedCallError,
     UnsupportedOpError,
 )
-from . import inductor as _inductor  # noqa: F401 - hooks the Inductor pass into the registry
+from . import registry as _registry
+from .hops.common import allow_hops_in_dynamo as _allow_hops_in_dynamo
 from .explain import explain
-from .inductor import reinplace_triton_kernels
 from .hops.v1 import auto_functionalized_v1
 from .hops.v2 import auto_functionalized_v2
 from .passes.reinplace import reinplace
@@ -49,3 +49,36 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+# Note [Inductor imported when first needed]
+# ``torch._inductor.config`` and ``torch.compiler.allow_in_graph`` import Dynamo, about a second
+# on a CPU machine, which ``import autofunc`` should not pay: the Inductor glue
+# (``autofunc.inductor``) and the HOPs' Dynamo allowance are set up by the first registration
+# (through these hooks), the first functionalized call, ``explain`` with Inductor, or the first
+# use of a name below. A graph holding autofunc's HOPs exists only after one of those.
+def _install_inductor_pass() -> None:
+    from .inductor import install_pass
+
+    install_pass()
+
+
+_registry.add_backend_hook(_allow_hops_in_dynamo)
+_registry.add_backend_hook(_install_inductor_pass)
+
+
+def reinplace_triton_kernels(enabled: bool = True) -> None:
+    """Let autofunc's pass decide the clones of user Triton kernels too (``enabled``), or leave
+    them to Inductor's own handling again (the default); see
+    :func:`autofunc.inductor.reinplace_triton_kernels`."""
+    from .inductor import reinplace_triton_kernels as switch
+
+    switch(enabled)
+
+
+def __getattr__(name: str):  # the submodule, imported on first use
+    if name == "inductor":
+        import importlib
+
+        return importlib.import_module(".inductor", __name__)
+    raise AttributeError(f"module 'autofunc' has no attribute {name!r}")

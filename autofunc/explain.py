@@ -10,7 +10,6 @@ from typing import Any, Callable, Iterable
 import torch
 
 from . import registry
-from .inductor import collect_reports, install_pass
 from .errors import AutofuncError
 from .passes.report import Report
 
@@ -61,6 +60,8 @@ def _explain_inductor(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | N
     import torch._inductor.config as inductor_config
 
     from torch._inductor.compile_fx import compile_fx
+
+    from .inductor import collect_reports, install_pass
 
     install_pass()
 

@@ -204,5 +204,3 @@ def reinplace_triton_kernels(enabled: bool = True) -> None:
     if enabled:
         install_pass()
 
-
-registry.add_backend_hook(install_pass)

@@ -324,3 +324,27 @@ def test_registry_imports_no_backend():
         if isinstance(node, ast.ImportFrom)
     }
     assert not [m for m in imported if "inductor" in m or "explain" in m], imported
+
+
+def test_import_loads_neither_dynamo_nor_inductor():
+    # Note [Inductor imported when first needed]: `import autofunc` costs well under a second
+    # above torch; the first registration sets up the Inductor pass and the HOPs' allowance.
+    import subprocess
+    import sys
+
+    program = (
+        "import sys, torch, autofunc\n"
+        "print(sorted(m for m in ('torch._dynamo', 'torch._inductor.config', 'autofunc.inductor')"
+        " if m in sys.modules))\n"
+        "from autofunc.bench import corpus\n"
+        "autofunc.register(corpus.add_)\n"
+        "import torch._inductor.config as c\n"
+        "print(type(c.post_grad_custom_post_pass).__name__, 'autofunc.inductor' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, second = out.stdout.strip().splitlines()[-2:]
+    assert first == "[]"
+    assert second == "ReinplacePass True"

@@ -8,6 +8,7 @@ program. Imports views and schema only.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 import torch
@@ -254,11 +255,21 @@ def register_rules(hop: AutofuncHOP, dense: Callable) -> None:
     hop.py_impl(DispatchKey.Autograd)(_autograd)
     hop.fallthrough(DispatchKey.AutogradCPU)
     hop.fallthrough(DispatchKey.AutogradCUDA)
-    _allow_in_dynamo(hop)
+    _HOPS.append(hop)
+    if "torch._dynamo" in sys.modules:  # cheap then; else when first needed
+        allow_hops_in_dynamo()
 
 
-def _allow_in_dynamo(hop: AutofuncHOP) -> None:
-    """Let Dynamo put ``hop`` into the graphs it traces (Note [Dynamo meets an autofunc HOP]).
+_HOPS: list[AutofuncHOP] = []
+_allowed: set[int] = set()
+
+
+def allow_hops_in_dynamo() -> None:
+    """Let Dynamo put autofunc's HOPs into the graphs it traces (Note [Dynamo meets an autofunc
+    HOP]); idempotent. Importing Dynamo takes about a second, so this runs when Dynamo is
+    already loaded, or from the registry's backend hooks (the first registration, the first
+    functionalized call: before any graph can hold a HOP; Note [Inductor imported when first
+    needed] in ``autofunc/__init__.py``).
 
     Note [Dynamo meets an autofunc HOP]
     Dynamo reads an autofunc HOP when it traces code that calls one: the graph of
@@ -273,7 +284,10 @@ def _allow_in_dynamo(hop: AutofuncHOP) -> None:
     runs the functionalize/proxy rules above, so the compiled graph holds the HOP as if
     autofunc had emitted it, and the re-inplace pass handles it as usual.
     """
-    torch.compiler.allow_in_graph(hop)
+    for hop in _HOPS:
+        if id(hop) not in _allowed:
+            torch.compiler.allow_in_graph(hop)
+            _allowed.add(id(hop))
 
 
 class Distinct:
