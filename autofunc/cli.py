@@ -270,6 +270,10 @@ def _load_target(target: str) -> tuple[Any, tuple, tuple]:
     module_name, sep, fn_name = target.partition(":")
     if not sep or not module_name or not fn_name:
         raise _UsageError(f"expected MODULE:FUNCTION, got {target!r}")
+    # The console script's sys.path lacks the current directory, where ``python -m`` has it:
+    # a module next to the user imports either way.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # ImportError, or any error the module raises while importing

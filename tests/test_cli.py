@@ -159,3 +159,20 @@ def test_decorators_in_the_wrong_order_say_so():
 def test_an_empty_report_says_why():
     text = str(autofunc.Report())
     assert "no call of a mutable op registered with autofunc was compiled" in text
+
+
+def test_explain_imports_a_module_from_the_current_directory(tmp_path, monkeypatch, capsys):
+    # The console script has no current directory on sys.path; `autofunc explain here:make`
+    # must find here.py anyway, as `python -m` would.
+    (tmp_path / "here_target_mod.py").write_text(
+        "import torch\n"
+        "def make():\n"
+        "    return (lambda x: x + 1), (torch.ones(2),)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        assert _run(["explain", "here_target_mod:make", "--backend", "aot_eager"]) == 0
+    finally:
+        sys.modules.pop("here_target_mod", None)
+    assert "no call of a mutable op" in capsys.readouterr().out
