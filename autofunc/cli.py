@@ -223,6 +223,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.plot:
         report.plot(json_path, args.plot)
         print(f"[bench] wrote {args.plot}")
+    print(report.verdict(records))
     return 0
 
 

@@ -55,6 +55,29 @@ def test_bench_in_process_json_and_plot(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = capsys.readouterr().out
     assert "reshape_and_cache" in table and "autofunc_v2" in table
+    assert table.strip().splitlines()[-1].startswith("verdict: autofunc_v2 is right on 1/1 points")
+
+
+def test_verdict_compares_the_same_points():
+    from autofunc.bench.report import verdict
+
+    def rec(case, strategy, mem, correct=True, error=""):
+        x = {"cache_blocks": 16, "layers": 2}
+        return {"case": case, "x": x, "strategy": strategy, "mem_above_eager": mem,
+                "correct": correct, "error": error}
+
+    records = [
+        rec("a", "builtin_v2", 100, correct=False),
+        rec("a", "autofunc_v2", 0),
+        rec("b", "builtin_v2", 0),
+        rec("b", "autofunc_v2", 0),
+        rec("c", "builtin_v2", None, correct=None, error="crash (signal 11)"),
+        rec("c", "autofunc_v2", 8),
+    ]
+    assert verdict(records) == (
+        "verdict: autofunc_v2 is right on 3/3 points, allocates less than builtin_v2 on 1 and "
+        "more on 0; builtin_v2 is wrong or fails on 2"
+    )
 
 
 def test_bench_isolated_worker(tmp_path):

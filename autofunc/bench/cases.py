@@ -66,6 +66,29 @@ def _reshape_and_cache(c: ModelConfig, device: str, dtype: torch.dtype) -> Progr
     return Program(reshape_and_cache, make_args, (reshape_and_cache_op,), c.cache_bytes(dtype))
 
 
+def _cache_viewed(view: Callable[[torch.Tensor], torch.Tensor], stored: torch.dtype | None):
+    """reshape_and_cache into ``view(kv_cache[l, i])`` of every layer, the cache stored as
+    ``stored`` (default: the model's dtype)."""
+
+    def make(c: ModelConfig, device: str, dtype: torch.dtype) -> Program:
+        def write_every_layer(kv_cache, k, v, slots):
+            for layer in range(kv_cache.shape[0]):
+                key_cache, value_cache = view(kv_cache[layer, 0]), view(kv_cache[layer, 1])
+                reshape_and_cache_op(k, v, key_cache, value_cache, slots)
+            return k.sum()
+
+        def make_args() -> tuple:
+            i = make_inputs(c, device, dtype)
+            kv = i.kv_cache if stored is None else torch.zeros_like(i.kv_cache, dtype=stored)
+            k, v = _randn(c, device, dtype, 2, c.batch, c.kv_heads, c.head_dim)
+            return kv, k, v, i.slot_mapping
+
+        nbytes = c.cache_bytes(stored or dtype)
+        return Program(write_every_layer, make_args, (reshape_and_cache_op,), nbytes)
+
+    return make
+
+
 def _paged_decode_attention(c: ModelConfig, device: str, dtype: torch.dtype) -> Program:
     layer, scale = _layer(c), c.head_dim**-0.5
 
@@ -132,6 +155,16 @@ CASES: dict[str, Case] = {
         ),
         Case("rotary_embedding", _rotary_embedding, "rotates views q, k of an input qkv"),
         Case("fused_add_rms_norm", _fused_add_rms_norm, "updates inputs x and residual"),
+        Case(
+            "fp8_cache",
+            _cache_viewed(lambda t: t.view(torch.float8_e4m3fn), torch.uint8),
+            "an fp8 cache stored as uint8, written through kv[l, i].view(float8_e4m3fn)",
+        ),
+        Case(
+            "same_dtype_view",
+            _cache_viewed(lambda t: t.view(t.dtype), None),
+            "the cache written through kv[l, i].view(its own dtype)",
+        ),
     )
 }
 

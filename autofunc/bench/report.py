@@ -15,7 +15,7 @@ from typing import Any
 from ..passes.report import format_bytes
 from .env import environment
 
-__all__ = ["SCHEMA", "format_columns", "format_table", "plot", "write_json"]
+__all__ = ["SCHEMA", "format_columns", "format_table", "plot", "verdict", "write_json"]
 
 SCHEMA = "autofunc.bench/1"
 
@@ -118,11 +118,45 @@ def write_json(path: str, records: Iterable[Any], sweep: Any = None, **extra: An
     return doc
 
 
-def plot(json_path: str, png_path: str) -> None:
-    """Memory above eager vs cache size, one line per strategy, one panel per case.
+def verdict(records: Iterable[Any], ours: str = "autofunc_v2", theirs: str = "builtin_v2") -> str:
+    """One line: where ``ours`` is right, and how its memory compares with ``theirs`` at the
+    same points (bytes above eager: allocated on CPU, the run's peak on CUDA)."""
+    rows = [r if isinstance(r, dict) else dataclasses.asdict(r) for r in records]
+    field = _memory_field(rows)
+    at = {(r["case"], json.dumps(r["x"], sort_keys=True), r["strategy"]): r for r in rows}
+    points = sorted({(c, x) for c, x, s in at if s == ours})
+    if not points:
+        return f"verdict: no {ours} point was measured"
+    right = sum(1 for c, x in points if _ok(at[(c, x, ours)]))
+    wrong_theirs = sum(1 for c, x in points if (c, x, theirs) in at and not _ok(at[(c, x, theirs)]))
+    less = more = 0
+    for c, x in points:
+        a, b = at[(c, x, ours)].get(field), at.get((c, x, theirs), {}).get(field)
+        if a is not None and b is not None:
+            less += a < b
+            more += a > b
+    return (
+        f"verdict: {ours} is right on {right}/{len(points)} points, allocates less than {theirs} "
+        f"on {less} and more on {more}; {theirs} is wrong or fails on {wrong_theirs}"
+    )
 
-    Reads only ``json_path`` (as written by :func:`write_json`). Points that errored are left
-    out; a wrong result is drawn hollow.
+
+def _ok(r: dict) -> bool:
+    return not r.get("error") and bool(r.get("correct"))
+
+
+def _memory_field(rows: list[dict]) -> str:
+    # On CUDA the whole run's peak (CUDA graph pools included) is what a server must hold.
+    if any(r.get("footprint_above_eager") is not None for r in rows):
+        return "footprint_above_eager"
+    return "mem_above_eager"
+
+
+def plot(json_path: str, png_path: str) -> None:
+    """Grouped bars: per case, at its largest KV cache, each compiled strategy's memory above
+    eager in KV caches (so cases of any size share one axis), WRONG or ERROR written on the bar.
+
+    Reads only ``json_path`` (as written by :func:`write_json`); the verdict line is the title.
     """
     import matplotlib
 
@@ -131,64 +165,51 @@ def plot(json_path: str, png_path: str) -> None:
 
     with open(json_path) as f:
         doc = json.load(f)
-    # On CUDA the whole run's peak (CUDA graph pools included) is what a server must hold.
-    field = (
-        "footprint_above_eager"
-        if any(r.get("footprint_above_eager") is not None for r in doc["records"])
-        else "mem_above_eager"
-    )
-    records = [r for r in doc["records"] if r.get(field) is not None]
-    case_names = list(dict.fromkeys(r["case"] for r in doc["records"]))
-    strategies = list(dict.fromkeys(r["strategy"] for r in doc["records"]))
-    modes = list(dict.fromkeys(r.get("mode") for r in doc["records"]))
-    cols = min(3, max(1, len(case_names)))
-    rows = (len(case_names) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
-    # Distinct markers and dashes: strategies that tie (e.g. both v2s at 0) stay visible.
-    styles = [("o", "-"), ("s", "--"), ("D", "-."), ("^", ":"), ("v", (0, (5, 1)))]
-    for ax, case in zip(axes.flat, case_names):
-        for i, strategy in enumerate(strategies):
-            pts = sorted(
-                (_cache_mib(r), r[field] / 2**20, bool(r["correct"]))
-                for r in records
-                if r["case"] == case and r["strategy"] == strategy
+    rows = doc["records"]
+    field = _memory_field(rows)
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    strategies = [s for s in dict.fromkeys(r["strategy"] for r in rows) if s != "eager"]
+    largest = {c: max(r.get("cache_bytes") or 0 for r in rows if r["case"] == c) for c in cases}
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(cases) + 2), 4.2))
+    width = 0.8 / max(1, len(strategies))
+    top = 0.0
+    for i, strategy in enumerate(strategies):
+        for j, case in enumerate(cases):
+            r = next(
+                (
+                    r
+                    for r in rows
+                    if r["case"] == case
+                    and r["strategy"] == strategy
+                    and (r.get("cache_bytes") or 0) == largest[case]
+                ),
+                None,
             )
-            if not pts:
+            if r is None:
                 continue
-            xs, ys, _ok = zip(*pts)
-            marker, dashes = styles[i % len(styles)]
-            (line,) = ax.plot(
-                xs,
-                ys,
-                marker=marker,
-                linestyle=dashes,
-                label=strategy,
-                markersize=8 - i,
-                alpha=0.85,
-            )
-            hollow = [(x, y) for x, y, good in pts if not good]
-            if hollow:
-                ax.scatter(*zip(*hollow), s=80, facecolors="none", edgecolors=line.get_color())
-        ax.set_title(case + (f" (mode={modes[0]})" if len(modes) == 1 and modes[0] else ""))
-        ax.set_xlabel("KV cache (MiB)")
-        ax.set_ylabel(
-            "peak over the run above eager (MiB)"
-            if field == "footprint_above_eager"
-            else "memory above eager (MiB)"
-        )
-        ax.set_yscale("symlog", linthresh=1e-3)
-        sizes = [_cache_mib(r) for r in records if r["case"] == case and _cache_mib(r) > 0]
-        if sizes and max(sizes) / min(sizes) > 8:
-            ax.set_xscale("log", base=2)
-        ax.grid(True, alpha=0.3)
-    for ax in list(axes.flat)[len(case_names) :]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize="small")
+            cache = largest[case] or 1
+            value = (r.get(field) or 0) / cache
+            x = j + (i - (len(strategies) - 1) / 2) * width
+            ax.bar(x, value, width, color=f"C{i}", label=strategy if j == 0 else None)
+            top = max(top, value)
+            label = "ERROR" if r.get("error") else ("" if r.get("correct") else "WRONG")
+            if label:
+                ax.text(x, value, label, rotation=90, ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels(
+        [f"{c}\n({_cache_mib({'cache_bytes': largest[c]}):.2g} MiB cache)" for c in cases],
+        fontsize=8,
+    )
+    what = "peak over the run" if field == "footprint_above_eager" else "memory per step"
+    ax.set_ylabel(f"{what} above eager\n(in KV caches)")
+    ax.set_ylim(0, max(1.0, top * 1.3))
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize="small", ncol=2)
     env = doc.get("env", {})
-    fig.suptitle(
-        f"autofunc bench: {env.get('device', '')}, torch {env.get('torch', '')} "
-        f"(hollow: wrong result)",
-        fontsize="medium",
+    ax.set_title(
+        f"autofunc bench, {env.get('device', '')}, torch {env.get('torch', '')}\n"
+        + verdict(rows),
+        fontsize=8,
     )
     fig.tight_layout()
     fig.savefig(png_path, dpi=100)
