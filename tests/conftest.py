@@ -9,6 +9,12 @@ import torch  # noqa: E402
 
 import autofunc  # noqa: E402,F401
 from autofunc.bench import corpus  # noqa: E402
+
+try:  # records triton.language before any test interprets a kernel (Note [Triton's
+    # interpreter leaves triton.language patched] in autofunc/bench/user_triton.py)
+    from autofunc.bench import user_triton  # noqa: E402,F401
+except ImportError:  # no triton
+    pass
 from torch.torch_version import TorchVersion  # noqa: E402
 
 # torch 2.11 (the GPU machine's, run 2026-11-24): a nested_compile_region around a mutating

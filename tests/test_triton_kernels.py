@@ -387,3 +387,16 @@ def test_a_training_graph():
     w = torch.randn(16, requires_grad=True)
     cap = _check(program, [torch.randn(3, 16), torch.randn(16), w])
     assert [reason for _, _, reason, _ in _decisions(cap)] == [Reason.INPLACE]
+
+
+def test_a_leaked_interpreter_patch_is_undone():
+    # Note [Triton's interpreter leaves triton.language patched]: a device-function call under
+    # the interpreter leaves the language patched; the write analysis must still be exact.
+    from triton.runtime import interpreter
+
+    interpreter._patch_lang(ut._language_snapshot)  # patches triton.language and tl.core, for good
+    assert not triton.language.core.is_builtin(triton.language.core.mul)
+    with ut.gpu_target():
+        assert triton.language.core.is_builtin(triton.language.core.mul)
+        cap = _check(_every_layer, [torch.randn(2, 16), torch.randn(16)])
+    assert [args for _, args, _, _ in _decisions(cap)] == [("dst_ptr",)] * 2

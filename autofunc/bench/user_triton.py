@@ -32,6 +32,8 @@ from unittest import mock
 
 import torch
 from torch import fx
+import triton.language as tl  # noqa: F401 - _language_snapshot finds both in its globals
+import triton.language.core as _tl_core  # noqa: F401 - (triton's own jit helpers patch this one)
 from triton.backends import Backend, DriverBase, backends
 from triton.backends.compiler import GPUTarget
 from triton.runtime.autotuner import Autotuner
@@ -90,6 +92,37 @@ class _StubDriver(DriverBase):
         pass
 
 
+# Note [Triton's interpreter leaves triton.language patched]
+# The interpreter runs a kernel with ``triton.language``'s builtins swapped for interpreted
+# ones and swaps them back afterwards, but a jit function called from an interpreted kernel
+# (a device function) swaps them in again and never back (triton 3.9,
+# ``InterpretedFunction.__call__``). Lowering a kernel to IR afterwards (PyTorch's write
+# analysis) then fails, and PyTorch counts every argument as written. So the language's
+# attributes are recorded here, once, before anything is interpreted (the test suite's
+# conftest imports this module first), and :func:`gpu_target` puts them back on entry.
+def _language_snapshot() -> list[tuple[object, str, object]]:
+    from triton.runtime import interpreter
+
+    scope = interpreter._patch_lang(_language_snapshot)  # records what it replaces
+    changes = list(scope._changes)
+    scope.restore()
+    return changes
+
+
+def _restore_language() -> None:
+    from triton.runtime import interpreter
+
+    for obj, name, original in reversed(_LANGUAGE):
+        if original is interpreter._MISSING:
+            if hasattr(obj, name):
+                delattr(obj, name)
+        else:
+            setattr(obj, name, original)
+
+
+_LANGUAGE = _language_snapshot()
+
+
 class _NoCompiler(backends["nvidia"].compiler):  # type: ignore[misc, name-defined]
     """The ``cpu`` entry's compiler: claims no target, so the sm90 target keeps one backend."""
 
@@ -103,6 +136,7 @@ def gpu_target() -> Iterator[None]:
     """Make PyTorch see Triton with an sm90 target for the block (see the module)."""
     from torch.utils._triton import has_triton
 
+    _restore_language()  # Note [Triton's interpreter leaves triton.language patched]
     before, entry = _driver._active, backends.get("cpu")  # nested blocks restore the outer's
     backends["cpu"] = Backend(compiler=_NoCompiler, driver=_StubDriver)
     _driver.set_active(_StubDriver())
