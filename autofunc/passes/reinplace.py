@@ -102,26 +102,43 @@ def reinplace(
     Otherwise ``buf`` is first cloned (``aten.clone``, or ``empty_strided`` + ``copy_`` to keep
     exact strides) and the op writes the clone.
 
-    Soundness: a buffer is written in place only when (1) no node after the call reads, through
-    any version that shares its memory, an element of the regions the op writes; (2) no other
-    argument of the same call reads those regions; (3) it is not passed twice as a mutable
-    buffer; (4) when it is a graph input (or a view of one), the graph copies a value back
-    into that input after the call (``copy_(input, v)``: the HOP chain's last value, which then
+    Soundness: ``RULES`` (``rules.py``) are asked in this order for each buffer of a call; the
+    first objection keeps the clone, and the report gives its reason:
+
+    ==== =================================== ==================================================
+    R1   disabled                            ``DISABLED``: ``enable=False``
+    R2   no fake value                       ``NO_VALUE``: nothing to analyse
+    R3   module constant                     ``CONSTANT``
+    R4   buffer overlaps itself              ``OVERLAPS_ITSELF``: a stride-0 value the graph computes
+    R5   layout Inductor chooses             ``UNFIXED_LAYOUT`` (Inductor only)
+    R6   one memory, two mutable buffers     ``SAME_BUFFER_TWICE``: an overlapping buffer of the
+                                             call is already written in place
+    R7   read by the same call               ``READ_BY_CALL``: another argument reads what it writes
+    R8   graph input: copied back            ``GRAPH_INPUT``, ``VIEW_OF_INPUT``, ``RETURNED_INPUT``,
+                                             ``SAVED_OUTPUT``, ``RETURNED_VERSION``
+    R9   lazy read under Inductor            ``LAZY_READ`` (Inductor only)
+    R10  old value read later                ``READ_LATER``
+    ==== =================================== ==================================================
+
+    R10 and R9: no node after the call reads, through any version that shares its memory, an
+    element of the regions the op writes (Inductor may also compute a read made before the
+    call after it). R7: no other argument of the same call reads those regions. R6: one memory
+    passed as two mutable buffers is written in place once (Note [One memory, two mutable
+    buffers]). R8: a graph input (or a view of one) is written in place only when the graph
+    copies a value back into it after the call (``copy_(input, v)``: the call's value, which
     becomes a self-copy and is removed, or a later one a native in-place op or a collective
     made; Note [Copied back later]), and that value is not also an output (the returned tensor
-    would be the input itself, which eager never returns for a fresh tensor; in a training
-    graph AOTAutograd may also donate saved outputs to the backward, which would then overwrite
-    the input), nor is a view of this call's value an output when a later value is copied back
-    (Note [A returned value the copy-back overwrites]). Outputs AOTAutograd regenerates from
-    the inputs (``return kv[0]``) are not outputs of the graph's memory (Note [Outputs
-    AOTAutograd regenerates from inputs]). Anything unproven keeps its clone, and
-    the report says why. ``RULES`` holds these rules as (name, check) pairs, asked in order.
+    would be the input itself; a training graph may donate saved outputs to the backward), nor
+    is a view of this call's value an output when a later value is copied back (Note [A
+    returned value the copy-back overwrites]). Outputs AOTAutograd regenerates from the inputs
+    (``return kv[0]``) are not outputs of the graph's memory (Note [Outputs AOTAutograd
+    regenerates from inputs]). Anything unproven keeps its clone.
 
     Args:
         gm: the graph module, rewritten in place.
         enable: ``False`` only decomposes the HOPs, cloning every buffer.
         is_inference: whether ``gm`` is an inference graph; ``None`` (unknown) is treated as a
-            training graph (only the reason rule (4) names depends on it).
+            training graph (only the reason R8 gives depends on it).
         for_inductor: emit clones and aliased arguments the way Inductor lowers soundly
             (Note [Clones for Inductor]), and keep the clone of a buffer that Inductor may read
             lazily after the write (``Reason.LAZY_READ``, Note [Lazy reads under Inductor]).

@@ -128,14 +128,14 @@ def _read_by_call(q: _Query) -> Verdict:
 
 
 def _graph_input(q: _Query) -> Verdict:
-    """Rule (4): a buffer in a graph input's memory is written in place only when the graph
+    """R8: a buffer in a graph input's memory is written in place only when the graph
     copies a value back into that input after the call and the outputs cannot tell.
 
     Note [Copied back later]
     A functional graph denotes a mutated input by copying its final value ``v`` back at the
     end (``copy_(input, v)``). Once the graph does that, what the input holds between the call
     and that copy is the pass's to choose, provided nothing reads the old value there (rules
-    (1) and (2), which see every read of the input's memory) and the outputs do not alias what
+    R10 and R7, which see every read of the input's memory) and the outputs do not alias what
     the op wrote (below). ``v`` need not be this call's value, nor the last of a chain of
     calls: a native in-place op (``kv[1, 0].mul_(2)``), an in-place collective
     (``dist.all_reduce``) or a later call's clone may make it; the copy overwrites the whole
@@ -314,17 +314,17 @@ class Rule(NamedTuple):
 # The rules, in the order they are asked; a buffer is written in place when none objects. The
 # first three say the analysis cannot reason about the buffer at all; the numbers are those of
 # ``reinplace``'s docstring.
-RULES: tuple[Rule, ...] = (
-    Rule("disabled", _disabled),
-    Rule("no fake value", _no_value),
-    Rule("module constant", _constant),
-    Rule("buffer overlaps itself", _overlapping_buffer),
-    Rule("layout Inductor chooses", _unfixed_layout),
-    Rule("(3) one memory, two mutable buffers", _same_buffer_twice),
-    Rule("(2) read by the same call", _read_by_call),
-    Rule("(4) graph input: copied back, not returned", _graph_input),
-    Rule("(1) lazy read under Inductor", _lazy_read),
-    Rule("(1) old value read later", _read_later),
+RULES: tuple[Rule, ...] = (  # R1..R10: the table in reinplace()'s docstring
+    Rule("R1 disabled", _disabled),
+    Rule("R2 no fake value", _no_value),
+    Rule("R3 module constant", _constant),
+    Rule("R4 buffer overlaps itself", _overlapping_buffer),
+    Rule("R5 layout Inductor chooses", _unfixed_layout),
+    Rule("R6 one memory, two mutable buffers", _same_buffer_twice),
+    Rule("R7 read by the same call", _read_by_call),
+    Rule("R8 graph input: copied back, not returned", _graph_input),
+    Rule("R9 lazy read under Inductor", _lazy_read),
+    Rule("R10 old value read later", _read_later),
 )
 
 

@@ -42,8 +42,9 @@ def test_rules_are_named_and_ordered():
     names = [r.name for r in R.RULES]
     assert len(set(names)) == len(names)
     # the "cannot analyse" rules first, the read rules last (they are the costly ones)
-    assert names[:3] == ["disabled", "no fake value", "module constant"]
-    assert names[-1] == "(1) old value read later"
+    assert names[:3] == ["R1 disabled", "R2 no fake value", "R3 module constant"]
+    assert names[-1] == "R10 old value read later"
+    assert [n.split()[0] for n in names] == [f"R{i}" for i in range(1, len(names) + 1)]
 
 
 def test_disabled(fake):
