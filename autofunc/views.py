@@ -10,6 +10,8 @@ it never installs guards (only ``statically_known_true`` decisions).
 
 from __future__ import annotations
 
+import logging
+
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ import torch
 from .errors import MalformedViewsError
 from .symbolic import cached_when_static
 from .symbolic import known as _known
+
+log = logging.getLogger("autofunc.views")
 
 
 __all__ = [
@@ -644,6 +648,7 @@ def _infer(
         try:
             chain = _search(base, view)
         except Exception:  # exotic symbolic expressions: never fail, fall back instead
+            log.debug("view inference failed; as_strided instead", exc_info=True)
             chain = None
     return chain if chain is not None else ViewChain((AsStrided(view.size, view.stride, offset),))
 

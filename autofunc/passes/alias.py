@@ -16,6 +16,8 @@ Imports ``views`` only (to describe regions); nothing here knows about HOP seman
 
 from __future__ import annotations
 
+import logging
+
 import bisect
 import dataclasses
 import operator
@@ -33,6 +35,8 @@ from ..regions import (
     region_of_geometry,
     same_geometry,
 )
+
+log = logging.getLogger("autofunc.passes.alias")
 
 __all__ = ["AliasAnalysis", "VIEW_OPS", "SCATTER_VIEWS"]
 
@@ -220,6 +224,7 @@ class AliasAnalysis:
                 root = self.root[self.version[read.arg]].meta["val"]
                 self._masks[node] = region_of(val, root)
             except Exception:  # an unexpected signature: the scatter reads everything
+                log.debug("scatter %s: no region for what it replaces", node.name, exc_info=True)
                 self._masks[node] = None
         return self._masks[node]
 

@@ -9,6 +9,8 @@ decides nothing. Symbolic sizes reach emitted code only as graph nodes (``geomet
 
 from __future__ import annotations
 
+import logging
+
 import operator
 from typing import Any
 
@@ -21,6 +23,8 @@ from .. import views
 from ..errors import GraphError
 from ..symbolic import Arith, contiguous_or_false, copy_extent, is_symbolic, overlaps_itself
 from .alias import VIEW_OPS
+
+log = logging.getLogger("autofunc.passes.emit")
 
 __all__ = [
     "NO_VAL",
@@ -112,6 +116,7 @@ def _view_val(mode: FakeTensorMode, target: Any, args: tuple) -> FakeTensor | No
             out = target(*args)
         return FakeTensor(mode, out, base.device)
     except Exception:  # noqa: BLE001 - an API that moved, a check that needs the mode
+        log.debug("%s: no meta view value, running its fake kernel", target, exc_info=True)
         return None
 
 

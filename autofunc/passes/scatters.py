@@ -5,6 +5,8 @@ written directly), and the view comparisons they need.
 
 from __future__ import annotations
 
+import logging
+
 from typing import Any
 
 import torch
@@ -12,6 +14,8 @@ import torch.fx as fx
 
 from .alias import SCATTER_VIEWS, VIEW_OPS, AliasAnalysis
 from .facts import _Pass
+
+log = logging.getLogger("autofunc.passes.scatters")
 
 _aten = torch.ops.aten
 
@@ -136,6 +140,7 @@ def _same_view_args(scatter: fx.Node, view: fx.Node) -> bool:
         a = scatter.normalized_arguments(None, normalize_to_only_use_kwargs=True)
         b = view.normalized_arguments(None, normalize_to_only_use_kwargs=True)
     except Exception:
+        log.debug("%s: arguments not normalized; not folded", scatter.name, exc_info=True)
         return False
     if a is None or b is None:
         return False
