@@ -189,10 +189,13 @@ def plot(json_path: str, png_path: str) -> None:
                 continue
             cache = largest[case] or 1
             value = (r.get(field) or 0) / cache
+            label = "ERROR" if r.get("error") else ("" if r.get("correct") else "WRONG")
+            # a bar of height 0 is still a result; below 0 (less than eager) is drawn as 0
+            label = label or ("0" if value == 0 else "<0" if value < 0 else "")
+            value = max(value, 0.0)
             x = j + (i - (len(strategies) - 1) / 2) * width
             ax.bar(x, value, width, color=f"C{i}", label=strategy if j == 0 else None)
             top = max(top, value)
-            label = "ERROR" if r.get("error") else ("" if r.get("correct") else "WRONG")
             if label:
                 ax.text(x, value, label, rotation=90, ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(cases)))
