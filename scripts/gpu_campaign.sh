@@ -78,7 +78,7 @@ step() {
 }
 
 step correctness 240 "$PY" -m pytest -q -x -p no:cacheprovider \
-  tests/kernels tests/passes/test_inductor_hazards.py \
+  tests/kernels tests/passes/test_inductor_hazards.py tests/test_triton_kernels.py \
   --junit-xml "$OUT/correctness.xml"
 step kernels 240 "$PY" -m autofunc.bench.kernels --json "$OUT/kernels.json"
 step bench 360 "$PY" -m autofunc bench --gpu --json "$OUT/bench.json"

@@ -31,11 +31,17 @@ add_into_tuned = triton.autotune(
 )(ut.jit(add_into.fn))
 
 
+CUDA = torch.cuda.is_available()
+
+
 @pytest.fixture(autouse=True)
 def triton_on():
-    """The switch on, the stub target installed, for every test here."""
+    """The switch on, for every test here; on a machine without a GPU the stub target too (on
+    a GPU the real driver analyses the kernels)."""
+    import contextlib
+
     autofunc.reinplace_triton_kernels(True)
-    with ut.gpu_target():
+    with contextlib.nullcontext() if CUDA else ut.gpu_target():
         yield
     autofunc.reinplace_triton_kernels(False)
 
@@ -400,3 +406,38 @@ def test_a_leaked_interpreter_patch_is_undone():
         assert triton.language.core.is_builtin(triton.language.core.mul)
         cap = _check(_every_layer, [torch.randn(2, 16), torch.randn(16)])
     assert [args for _, args, _, _ in _decisions(cap)] == [("dst_ptr",)] * 2
+
+
+# -- on a GPU: Inductor generates the code, the kernels run for real (issue 19 item 6) ---------
+
+
+@pytest.mark.skipif(not CUDA, reason="Inductor generates code for a user Triton kernel on a GPU")
+@pytest.mark.parametrize("case", list(triton_cache._case_programs()))
+def test_cases_under_inductor_on_cuda(case):
+    program, make_inputs = triton_cache._case_programs()[case]
+    kernels = triton_cache.kernels()
+    inputs = [t.cuda() for t in make_inputs()]
+    if case == "one tensor as two written pointers":
+        pytest.skip("pytorch#196657: the functional graph itself loses one pointer's writes")
+    eager_inputs = [t.clone() for t in inputs]
+    expected = program(lambda k: k, kernels)(*eager_inputs)
+    torch._dynamo.reset()
+    # the CPU tests swapped interpreted kernels into the side table: start from the real ones
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    kernel_side_table.reset_table()
+    with autofunc.inductor.collect_reports() as reports:
+        got = torch.compile(program(wrap_triton, kernels), fullgraph=True)(*inputs)
+    torch.cuda.synchronize()
+    for a, b in zip(inputs, eager_inputs):
+        torch.testing.assert_close(a, b)
+    if expected is not None:
+        torch.testing.assert_close(got, expected)
+    assert [c.strategy for r in reports for c in r.calls], "no kernel call reached the pass"
+
+
+@pytest.mark.skipif(not CUDA, reason="measured on a GPU")
+def test_bench_case_measured_on_cuda():
+    row = triton_cache.measure(4, "cuda")
+    assert row["autofunc_bytes"] < row["builtin_bytes"]
+    assert row["autofunc_bytes"] <= row["cache_bytes"] // 4  # no whole cache, let alone L + 1/2
