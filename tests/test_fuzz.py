@@ -133,3 +133,13 @@ def test_as_strided_of_a_view_output_is_inside_its_storage():
     # hands Inductor the whole buffer (Note [as_strided of a view under Inductor]).
     program = fuzz.program_for(20261125, 121, None, fuzz.Features())
     assert fuzz.check(program, "v1", "inductor") is None
+
+
+def test_a_failure_pytorch_shares_is_a_limitation():
+    # seed 20261245 #192: b.mul_(-1); v = b.split([1, 1], 2)[1].reshape(4, 6); return v, on a
+    # non-contiguous b. AOTAutograd cannot regenerate the returned view, with or without
+    # autofunc (no custom op runs at all): PyTorch's own handling raises the same error.
+    program = fuzz.program_for(20261245, 192)
+    failure = fuzz.check(program, "v2", "capture")
+    assert failure is not None and failure.kind == "limitation", failure
+    assert failure.message.startswith("PyTorch's own handling fails alike")
