@@ -63,8 +63,17 @@ def _install_inductor_pass() -> None:
     install_pass()
 
 
+def _uninstall_inductor_pass() -> None:
+    import sys
+
+    glue = sys.modules.get(__name__ + ".inductor")  # never installed if never imported
+    if glue is not None:
+        glue.uninstall_pass()
+
+
 _registry.add_backend_hook(_allow_hops_in_dynamo)
 _registry.add_backend_hook(_install_inductor_pass)
+_registry.add_release_hook(_uninstall_inductor_pass)
 
 
 def reinplace_triton_kernels(enabled: bool = True) -> None:

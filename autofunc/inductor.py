@@ -38,6 +38,7 @@ __all__ = [
     "install_pass",
     "last_reports",
     "reinplace_triton_kernels",
+    "uninstall_pass",
 ]
 
 log = logging.getLogger("autofunc.inductor")
@@ -191,6 +192,24 @@ def install_pass() -> None:
             pass
 
 
+def uninstall_pass() -> None:
+    """Put back the ``post_grad_custom_post_pass`` the user had (this thread's and the
+    process-wide default), unless user Triton kernels still need the pass. Runs when the last
+    registration is removed; the next registration installs the pass again."""
+    if _triton.enabled():
+        return
+    current = inductor_config.post_grad_custom_post_pass
+    if isinstance(current, ReinplacePass):
+        inductor_config.post_grad_custom_post_pass = current.then
+    entry = getattr(inductor_config, "_config", {}).get("post_grad_custom_post_pass")
+    default = getattr(entry, "default", None)
+    if isinstance(default, ReinplacePass):
+        try:
+            entry.default = default.then
+        except AttributeError:  # pragma: no cover - a config entry without a settable default
+            pass
+
+
 def reinplace_triton_kernels(enabled: bool = True) -> None:
     """Let autofunc's pass decide the clones of user Triton kernels too (``enabled``), or
     leave them to Inductor's own re-inplacing again (the default).
@@ -203,4 +222,6 @@ def reinplace_triton_kernels(enabled: bool = True) -> None:
     _triton.enable(enabled)
     if enabled:
         install_pass()
+    elif not registry.registrations():
+        uninstall_pass()
 

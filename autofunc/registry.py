@@ -89,6 +89,7 @@ class Registration:
             lib = _kernel_libs.pop(name, None)
             if lib is not None:
                 lib._destroy()
+        _release_if_unused()
 
     def __enter__(self) -> "Registration":
         return self
@@ -263,6 +264,24 @@ def add_backend_hook(hook: Callable[[], None]) -> None:
 def _install_pass() -> None:
     for hook in _backend_hooks:
         hook()
+
+
+# Backends whose setup should go once no op is registered any more (Inductor: the pass leaves
+# ``post_grad_custom_post_pass`` as the user had it). Each hook decides for itself whether
+# something else still needs it (the Triton switch).
+_release_hooks: list[Callable[[], None]] = []
+
+
+def add_release_hook(hook: Callable[[], None]) -> None:
+    """Run ``hook()`` whenever the last registration is removed (idempotent per hook)."""
+    if hook not in _release_hooks:
+        _release_hooks.append(hook)
+
+
+def _release_if_unused() -> None:
+    if not _strategy:
+        for hook in _release_hooks:
+            hook()
 
 
 def functionalize(

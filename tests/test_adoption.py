@@ -348,3 +348,29 @@ def test_import_loads_neither_dynamo_nor_inductor():
     first, second = out.stdout.strip().splitlines()[-2:]
     assert first == "[]"
     assert second == "ReinplacePass True"
+
+
+def test_the_pass_goes_with_the_last_registration():
+    # The user's own post-grad pass is what Inductor runs again once nothing is registered.
+    import torch._inductor.config as inductor_config
+
+    from autofunc.bench import corpus
+    from autofunc.inductor import ReinplacePass
+
+    def users_pass(graph):
+        pass
+
+    with inductor_config.patch(post_grad_custom_post_pass=users_pass):
+        first = autofunc.register(corpus.add_)
+        second = autofunc.register(corpus.add_list)
+        installed = inductor_config.post_grad_custom_post_pass
+        assert isinstance(installed, ReinplacePass) and installed.then is users_pass
+        first.remove()
+        assert isinstance(inductor_config.post_grad_custom_post_pass, ReinplacePass)
+        second.remove()
+        assert inductor_config.post_grad_custom_post_pass is users_pass
+        autofunc.reinplace_triton_kernels(True)  # the Triton switch keeps it
+        autofunc.register(corpus.add_).remove()
+        assert isinstance(inductor_config.post_grad_custom_post_pass, ReinplacePass)
+        autofunc.reinplace_triton_kernels(False)
+        assert inductor_config.post_grad_custom_post_pass is users_pass
