@@ -176,15 +176,34 @@ def _two_pointers(K):
 
 def test_the_same_tensor_as_two_written_pointers():
     # Note [One tensor passed as two written pointers]: eager writes x through both pointers
-    # (11 everywhere); the functional graph keeps only the last pointer's copy (10), as
-    # PyTorch's own handling does (pytorch#196657). autofunc keeps the graph's meaning with one
-    # pointer in place, and says so in the report.
+    # (11 everywhere); the functional graph keeps only the last pointer's copy (10), and so
+    # does PyTorch's own handling (pytorch#196657). The eager values tracing recorded show
+    # one tensor: one buffer, both pointers write it, eager's result.
+    cap = _check(_two_pointers, [torch.zeros(16)])
+    (call,) = cap.report.calls
+    assert [(d.args, d.reason) for d in call.decisions] == [
+        (("a_ptr", "b_ptr"), Reason.INPLACE)
+    ]
+    assert "pytorch#196657" not in call.note
+    with autofunc.inductor.collect_reports() as reports:
+        gm = ut.post_grad_graph(_two_pointers(wrap_triton), [torch.zeros(16)])
+    assert [d.reason for r in reports for d in r.decisions] == [Reason.INPLACE]
+    assert ut.allocated_bytes(gm) == 0
+
+
+def test_two_pointers_without_recorded_eager_values_keep_the_graphs_meaning():
+    # A graph whose node lost its eager values (built by hand, another pass): one tensor or a
+    # removed clone cannot be told apart, so each pointer keeps a copy of its own as the graph
+    # says (one of them in place), and the report says what that means.
+    def drop_eager_values(gm):
+        ut.interpret_kernels()
+        for n in gm.graph.nodes:
+            n.meta.pop("eager_input_vals", None)
+
+    compiled, cap = compile_capture(_two_pointers(wrap_triton), before_pass=drop_eager_values)
     x = torch.zeros(16)
-    compiled, cap = compile_capture(
-        _two_pointers(wrap_triton), before_pass=lambda gm: ut.interpret_kernels()
-    )
     compiled(x)
-    assert torch.equal(x, torch.full((16,), 10.0))
+    assert torch.equal(x, torch.full((16,), 10.0))  # the graph's meaning (pytorch#196657)
     (call,) = cap.report.calls
     assert [(d.args, d.reason) for d in call.decisions] == [
         (("a_ptr",), Reason.INPLACE),
@@ -361,7 +380,7 @@ def test_bench_cases_never_copy_more_than_the_builtin():
         "a slice of an intermediate": (64, 0),
         "a read view overlapping the write": (112, 32),  # the written 8 floats alone
         "a read before, used after": (128, 64),  # that layer alone
-        "one tensor as two written pointers": (64, 64),  # both keep the graph's (wrong) meaning
+        "one tensor as two written pointers": (64, 0),  # the built-in's result is wrong
     }
 
 
@@ -417,8 +436,6 @@ def test_cases_under_inductor_on_cuda(case):
     program, make_inputs = triton_cache._case_programs()[case]
     kernels = triton_cache.kernels()
     inputs = [t.cuda() for t in make_inputs()]
-    if case == "one tensor as two written pointers":
-        pytest.skip("pytorch#196657: the functional graph itself loses one pointer's writes")
     eager_inputs = [t.clone() for t in inputs]
     expected = program(lambda k: k, kernels)(*eager_inputs)
     torch._dynamo.reset()

@@ -98,6 +98,8 @@ class Mutation:
     kwargs: dict[str, Any]  # the op's other arguments by name (see the module docstring)
     name: str = ""  # what reports call the op; default ``info.qualname``
     buffer_keys: tuple[Any, ...] | None = None  # default: info.num_returns + i
+    # other output keys that hold a buffer's new value too: (key, buffer index)
+    also_keys: tuple[tuple[Any, int], ...] = ()
     # the direct call, given the slots' tensors; default: the OpOverload with the schema's
     # positional arguments in order
     call: Callable[[list[Any]], DirectCall] | None = None

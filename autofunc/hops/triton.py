@@ -27,12 +27,15 @@ sound, only not as cheap as it could be.
 Note [One tensor passed as two written pointers]
 Functionalization clones each written argument on its own, so ``kernel(x, x)`` writing both
 pointers gives two copies, and the graph's value of ``x`` afterwards is the copy the last
-pointer wrote: the other pointer's writes are lost, where eager has both (pytorch#196657; PyTorch's
-own decomposition gives that wrong result). The graph cannot tell that case from two separate
-tensors that are one node only because Inductor removed ``y = x.clone()`` as a no-op before the
-pass ran (``remove_noop_ops``), where the separate copies are right. So the pass keeps the
-graph's meaning: one of the buffers may be written in place, the others are copied from the old
-value (Note [One memory, two mutable buffers]), and the report's note names the pointers.
+pointer wrote: the other pointer's writes are lost, where eager has both (pytorch#196657;
+PyTorch's own decomposition gives that wrong result). In the graph alone that case looks like
+``y = x.clone(); kernel(x, y)`` once Inductor removed the clone as a no-op (``remove_noop_ops``),
+where separate copies are right. The node's ``eager_input_vals`` (the fake values tracing
+recorded, before any post-grad pass) tell them apart: one storage and one geometry is one eager
+tensor. Such pointers share one buffer, written as eager writes it (in place, or one copy both
+write), and every output that names one of them is that buffer. Anything else stays a buffer
+per pointer, one of which may be written in place (Note [One memory, two mutable buffers]); a
+node without recorded values keeps the graph's meaning and says so in its report.
 
 Imports ``adapter`` and ``views`` only (and PyTorch's HOP objects).
 """
@@ -43,6 +46,7 @@ from typing import Any
 
 import torch
 from torch import fx
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch._higher_order_ops.triton_kernel_wrap import (
     kernel_side_table,
     triton_kernel_wrapper_functional,
@@ -86,22 +90,40 @@ class TritonAdapter:
         args: dict[str, Any] = dict(node.kwargs["kwargs"])
         tensors = [k for k, v in args.items() if _is_tensor(v)]
         written = [k for k in node.kwargs["tensors_to_clone"] if _is_tensor(args.get(k))]
-        slots = tuple(Slot(k, None, i, views.ViewChain()) for i, k in enumerate(written))
+        # Note [One tensor passed as two written pointers]: one buffer per tensor eager passed
+        buffer_of: dict[str, int] = {}
+        firsts: list[str] = []
+        eager = _eager_values(node)
+        for k in written:
+            same = next((f for f in firsts if _one_eager_tensor(args, eager, f, k)), None)
+            if same is None:
+                firsts.append(k)
+                buffer_of[k] = len(firsts) - 1
+            else:
+                buffer_of[k] = buffer_of[same]
+        slots = tuple(Slot(k, None, buffer_of[k], views.ViewChain()) for k in written)
         reads = {k: (None if k in written else v) for k, v in args.items()}
+        # the graph goes on with the copy of the last pointer of a tensor
+        last = {i: k for k, i in buffer_of.items()}
+        keys = tuple(last[i] for i in range(len(firsts)))
+        also = tuple((k, i) for k, i in buffer_of.items() if k != last[i])
 
         def call(new: list[Any]) -> DirectCall:
             kwargs = {**args, **dict(zip(written, new, strict=True))}
             return DirectCall(triton_kernel_wrapper_mutation, (), {**launch, "kwargs": kwargs}, 0)
 
         notes = []
-        twice = sorted({k for k in written if [args[j] for j in written].count(args[k]) > 1})
-        if twice:
+        unknown = sorted(
+            k
+            for k in written
+            if [args[j] for j in written].count(args[k]) > 1 and eager is None
+        )
+        if unknown:
             notes.append(
-                f"{', '.join(twice)} are one value: if eager passed one tensor to these written "
-                "pointers, the functional graph keeps only the last one's writes, a PyTorch bug "
-                "(pytorch#196657) autofunc cannot undo; if they were separate copies (a clone "
-                "Inductor removed), each keeps its own (Note [One tensor passed as two written "
-                "pointers])"
+                f"{', '.join(unknown)} are one value and the node records no eager values: "
+                "each pointer keeps a copy of its own, as the functional graph says; if eager "
+                "passed one tensor to them, that loses all but the last one's writes "
+                "(pytorch#196657; Note [One tensor passed as two written pointers])"
             )
         if len(tensors) > 1 and len(written) == len(tensors):
             notes.append(
@@ -113,14 +135,43 @@ class TritonAdapter:
         return Mutation(
             None,
             self.strategy,
-            tuple(args[k] for k in written),
+            tuple(args[k] for k in firsts),
             slots,
             reads,
             name=kernel_name(launch["kernel_idx"]),
-            buffer_keys=tuple(written),
+            buffer_keys=keys,
+            also_keys=also,
             call=call,
             note="; ".join(notes),
         )
+
+
+def _eager_values(node: Any) -> dict[str, Any] | None:
+    """The kernel arguments' values as tracing saw them (``node.meta["eager_input_vals"]``,
+    recorded before any post-grad pass merged nodes), by argument name; ``None`` if absent."""
+    vals = node.meta.get("eager_input_vals")
+    try:
+        kwargs = vals[1]["kwargs"]
+    except (TypeError, KeyError, IndexError):
+        return None
+    return kwargs if isinstance(kwargs, dict) else None
+
+
+def _one_eager_tensor(args: dict, eager: dict | None, a: str, b: str) -> bool:
+    """Whether pointers ``a`` and ``b`` got one tensor in eager: one graph value now, and, as
+    tracing recorded them, the same storage with the same geometry (a clone Inductor removed
+    as a no-op has a storage of its own there)."""
+    if args[a] is not args[b] or eager is None:
+        return False
+    x, y = eager.get(a), eager.get(b)
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+        return False
+    return (
+        StorageWeakRef(x.untyped_storage()) == StorageWeakRef(y.untyped_storage())
+        and x.shape == y.shape
+        and x.stride() == y.stride()
+        and x.storage_offset() == y.storage_offset()
+    )
 
 
 def _is_tensor(value: Any) -> bool:

@@ -203,9 +203,13 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
     analysis, graph = ctx.analysis, ctx.gm.graph
     decisions, new_bufs, arg_bases = [], [], []
     outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
+    also: dict[int, list[fx.Node]] = {}  # buffer index -> its other outputs (Mutation.also_keys)
+    for key, i in m.also_keys:
+        if key in outs:
+            also.setdefault(i, []).append(outs[key])
     inplace: list[_Buffer] = []
     with graph.inserting_before(node):
-        for buf in bufs:
+        for k, buf in enumerate(bufs):
             reason, detail = _decide(_Query(ctx, node, m, buf, bufs, tuple(inplace)))
             decisions.append(
                 Decision(
@@ -228,10 +232,11 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                 pin = aliased or _realize_whole(ctx, buf)
                 arg_bases.append(pin_layout(ctx, buf.node) if pin else buf.node)
                 inplace.append(buf)
-                if out is not None:
-                    analysis.merge(buf.node, out)
-                    out.replace_all_uses_with(buf.node)
-                    graph.erase_node(out)
+                for o in [out, *also.get(k, ())]:
+                    if o is not None:
+                        analysis.merge(buf.node, o)
+                        o.replace_all_uses_with(buf.node)
+                        graph.erase_node(o)
                 # Note [Buffers of one call decided in turn]
                 if buf.node.op != "placeholder":
                     _fold_scatters(ctx, buf.node)
@@ -240,10 +245,11 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                 clone = emit_clone(ctx, buf.node, aliased=aliased, direct=direct)
                 new_bufs.append(clone)
                 arg_bases.append(clone)
-                if out is not None:
-                    analysis.track(clone, out)
+                for o in [out, *also.get(k, ())]:
+                    if o is not None:
+                        analysis.track(clone, o)
         call, num_returns = _emit_call(ctx, node, m, arg_bases)
-    buffer_of = {buf.out_index: i for i, buf in enumerate(bufs)}
+    buffer_of = {buf.out_index: i for i, buf in enumerate(bufs)} | dict(m.also_keys)
     for key, user in outs.items():
         if key in buffer_of and decisions[buffer_of[key]]:
             continue  # replaced by the buffer itself already
