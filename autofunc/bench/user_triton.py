@@ -103,8 +103,10 @@ class _StubDriver(DriverBase):
 def _language_snapshot() -> list[tuple[object, str, object]]:
     from triton.runtime import interpreter
 
+    if not hasattr(interpreter, "_LangPatchScope"):  # another Triton: nothing recorded
+        return []
     scope = interpreter._patch_lang(_language_snapshot)  # records what it replaces
-    changes = list(scope._changes)
+    changes = list(getattr(scope, "_changes", ()))
     scope.restore()
     return changes
 
@@ -112,8 +114,9 @@ def _language_snapshot() -> list[tuple[object, str, object]]:
 def _restore_language() -> None:
     from triton.runtime import interpreter
 
+    missing = getattr(interpreter, "_MISSING", None)
     for obj, name, original in reversed(_LANGUAGE):
-        if original is interpreter._MISSING:
+        if original is missing:
             if hasattr(obj, name):
                 delattr(obj, name)
         else:
