@@ -31,9 +31,9 @@ from typing import Any
 from unittest import mock
 
 import torch
-from torch import fx
 import triton.language as tl  # noqa: F401 - _language_snapshot finds both in its globals
 import triton.language.core as _tl_core  # noqa: F401 - (triton's own jit helpers patch this one)
+from torch import fx
 from triton.backends import Backend, DriverBase, backends
 from triton.backends.compiler import GPUTarget
 from triton.runtime.autotuner import Autotuner

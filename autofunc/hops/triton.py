@@ -46,12 +46,12 @@ from typing import Any
 
 import torch
 from torch import fx
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch._higher_order_ops.triton_kernel_wrap import (
     kernel_side_table,
     triton_kernel_wrapper_functional,
     triton_kernel_wrapper_mutation,
 )
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import views
 from .adapter import (
