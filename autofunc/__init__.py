@@ -56,7 +56,7 @@ __version__ = "0.1.0"
 # on a CPU machine, which ``import autofunc`` should not pay: the Inductor glue
 # (``autofunc.inductor``) and the HOPs' Dynamo allowance are set up by the first registration
 # (through these hooks), the first functionalized call, ``explain`` with Inductor, or the first
-# use of a name below. A graph holding autofunc's HOPs exists only after one of those.
+# use of ``autofunc.inductor`` or ``autofunc.reinplace_triton_kernels`` (``__getattr__``). A graph holding autofunc's HOPs exists only after one of those.
 def _install_inductor_pass() -> None:
     from .inductor import install_pass
 
@@ -76,18 +76,11 @@ _registry.add_backend_hook(_install_inductor_pass)
 _registry.add_release_hook(_uninstall_inductor_pass)
 
 
-def reinplace_triton_kernels(enabled: bool = True) -> None:
-    """Let autofunc's pass decide the clones of user Triton kernels too (``enabled``), or leave
-    them to Inductor's own handling again (the default); see
-    :func:`autofunc.inductor.reinplace_triton_kernels`."""
-    from .inductor import reinplace_triton_kernels as switch
+def __getattr__(name: str):  # Note [Inductor imported when first needed]
+    import importlib
 
-    switch(enabled)
-
-
-def __getattr__(name: str):  # the submodule, imported on first use
     if name == "inductor":
-        import importlib
-
         return importlib.import_module(".inductor", __name__)
+    if name == "reinplace_triton_kernels":  # lives with the Inductor glue
+        return importlib.import_module(".inductor", __name__).reinplace_triton_kernels
     raise AttributeError(f"module 'autofunc' has no attribute {name!r}")

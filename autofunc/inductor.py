@@ -180,32 +180,31 @@ def install_pass() -> None:
     and the functionalization rule of a registered op calls this again in the compiling thread,
     which covers a thread whose user set a post-grad pass of their own: theirs runs after ours.
     """
-    current = inductor_config.post_grad_custom_post_pass
-    if not isinstance(current, ReinplacePass):
-        inductor_config.post_grad_custom_post_pass = ReinplacePass(then=current)
-    entry = getattr(inductor_config, "_config", {}).get("post_grad_custom_post_pass")
-    default = getattr(entry, "default", None)
-    if entry is not None and not isinstance(default, ReinplacePass):
-        try:
-            entry.default = ReinplacePass(then=default)
-        except AttributeError:  # pragma: no cover - a config entry without a settable default
-            pass
+    _rewrap(lambda p: p if isinstance(p, ReinplacePass) else ReinplacePass(then=p))
 
 
 def uninstall_pass() -> None:
     """Put back the ``post_grad_custom_post_pass`` the user had (this thread's and the
     process-wide default), unless user Triton kernels still need the pass. Runs when the last
     registration is removed; the next registration installs the pass again."""
-    if _triton.enabled():
-        return
+    if not _triton.enabled():
+        _rewrap(lambda p: p.then if isinstance(p, ReinplacePass) else p)
+
+
+def _rewrap(change: Any) -> None:
+    """Replace this thread's ``post_grad_custom_post_pass`` and the process-wide default by
+    ``change(them)`` where that changes them (Note [A process-wide pass])."""
     current = inductor_config.post_grad_custom_post_pass
-    if isinstance(current, ReinplacePass):
-        inductor_config.post_grad_custom_post_pass = current.then
+    new = change(current)
+    if new is not current:
+        inductor_config.post_grad_custom_post_pass = new
     entry = getattr(inductor_config, "_config", {}).get("post_grad_custom_post_pass")
-    default = getattr(entry, "default", None)
-    if isinstance(default, ReinplacePass):
+    if entry is None:
+        return
+    new = change(entry.default)
+    if new is not entry.default:
         try:
-            entry.default = default.then
+            entry.default = new
         except AttributeError:  # pragma: no cover - a config entry without a settable default
             pass
 

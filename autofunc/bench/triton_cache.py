@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from ..kernels._triton import tl
+from .report import format_columns
 
 __all__ = ["Row", "main", "measure", "step"]
 
@@ -67,36 +68,55 @@ class Row(dict):
 
 def measure(layers: int, device: str = "cpu") -> Row:
     """Bytes per step for PyTorch's handling and for autofunc's at ``layers`` layers."""
-    import autofunc
-
-    from ..kernels.reshape_and_cache import _reshape_and_cache_kernel
-
-    args = inputs(layers, device)
-    cache = args[0].numel() * args[0].element_size()
-    out = Row(layers=layers, cache_bytes=cache)
-    for name, on in (("builtin", False), ("autofunc", True)):
-        autofunc.reinplace_triton_kernels(on)
-        out[f"{name}_bytes"] = _bytes(_reshape_and_cache_kernel, args, device)
-    autofunc.reinplace_triton_kernels(False)
-    out["how"] = "post-grad graph allocations" if device == "cpu" else "measured peak"
-    return out
-
-
-def _bytes(kernel: Any, args: list, device: str) -> int:
     from torch.library import wrap_triton
 
+    from ..kernels.reshape_and_cache import _reshape_and_cache_kernel as kernel
+
+    args = inputs(layers, device)
+    out = Row(layers=layers, cache_bytes=args[0].numel() * args[0].element_size())
     if device == "cpu":
         from . import user_triton
 
-        with user_triton.gpu_target():
-            fn = user_triton.jit(getattr(kernel, "fn", kernel))  # a JITFunction, as traced
-            return user_triton.allocated_bytes(
-                user_triton.post_grad_graph(step(wrap_triton, fn), args)
-            )
+        traced = user_triton.jit(getattr(kernel, "fn", kernel))  # a JITFunction, as traced
+        out.update(_builtin_and_autofunc(lambda: _graph_bytes(step(wrap_triton, traced), args)))
+        out["how"] = "post-grad graph allocations"
+    else:
+        out.update(_builtin_and_autofunc(lambda: _peak(step(wrap_triton, kernel), args, device)))
+        out["how"] = "measured peak"
+    return out
+
+
+def _builtin_and_autofunc(bytes_of: Callable[[], int]) -> dict[str, int]:
+    """``bytes_of()`` under PyTorch's handling of the kernels, then under autofunc's; the
+    switch is left as it was."""
+    from ..hops import triton as adapter
+    from ..inductor import reinplace_triton_kernels
+
+    before = adapter.enabled()
+    try:
+        out = {}
+        for label, on in (("builtin", False), ("autofunc", True)):
+            reinplace_triton_kernels(on)
+            out[f"{label}_bytes"] = bytes_of()
+        return out
+    finally:
+        reinplace_triton_kernels(before)
+
+
+def _graph_bytes(fn: Callable, args: list) -> int:
+    """What Inductor's post-grad graph of ``fn(*args)`` allocates (CPU, stub sm90 target)."""
+    from . import user_triton
+
+    with user_triton.gpu_target():
+        return user_triton.allocated_bytes(user_triton.post_grad_graph(fn, args))
+
+
+def _peak(fn: Callable, args: list, device: str) -> int:
+    """The measured peak of one compiled call of ``fn(*args)`` (a GPU)."""
     from .measure import measure_memory
 
     torch._dynamo.reset()
-    compiled = torch.compile(step(wrap_triton, kernel), backend="inductor", fullgraph=True)
+    compiled = torch.compile(fn, backend="inductor", fullgraph=True)
     compiled(*args)  # compile and warm up
     return measure_memory(lambda: compiled(*args), device).peak
 
@@ -202,40 +222,35 @@ def compare_cases() -> list[dict]:
     under autofunc's (CPU, stub sm90 target)."""
     from torch.library import wrap_triton
 
-    import autofunc
-
-    from . import user_triton
-
-    rows = []
-    with user_triton.gpu_target():
-        for name, (program, make_inputs) in _case_programs().items():
-            row: dict[str, Any] = {"case": name}
-            for label, on in (("builtin", False), ("autofunc", True)):
-                autofunc.reinplace_triton_kernels(on)
-                gm = user_triton.post_grad_graph(program(wrap_triton, kernels()), make_inputs())
-                row[f"{label}_bytes"] = user_triton.allocated_bytes(gm)
-            rows.append(row)
-    autofunc.reinplace_triton_kernels(False)
-    return rows
+    return [
+        {
+            "case": name,
+            **_builtin_and_autofunc(
+                lambda: _graph_bytes(program(wrap_triton, kernels()), make_inputs())
+            ),
+        }
+        for name, (program, make_inputs) in _case_programs().items()
+    ]
 
 
 def format_cases(rows: list[dict]) -> str:
-    width = max(len(r["case"]) for r in rows)
-    head = f"{'case':<{width}}  {'builtin':>8}  {'autofunc':>8}"
-    lines = [head, "-" * len(head)]
-    lines += [f"{r['case']:<{width}}  {r['builtin_bytes']:>8}  {r['autofunc_bytes']:>8}" for r in rows]
-    return "\n".join(lines)
+    body = [[r["case"], str(r["builtin_bytes"]), str(r["autofunc_bytes"])] for r in rows]
+    return "\n".join(format_columns(["case", "builtin B", "autofunc B"], body))
 
 
 def format_table(rows: list[Row]) -> str:
-    head = f"{'layers':>6}  {'cache':>10}  {'builtin/step':>13}  {'caches':>6}  {'autofunc/step':>13}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r['layers']:>6}  {r['cache_bytes']:>10}  {r['builtin_bytes']:>13}  "
-            f"{r['builtin_bytes'] / r['cache_bytes']:>6.2f}  {r['autofunc_bytes']:>13}"
-        )
-    return "\n".join(lines)
+    header = ["layers", "cache B", "builtin B/step", "caches", "autofunc B/step"]
+    body = [
+        [
+            str(r["layers"]),
+            str(r["cache_bytes"]),
+            str(r["builtin_bytes"]),
+            f"{r['builtin_bytes'] / r['cache_bytes']:.2f}",
+            str(r["autofunc_bytes"]),
+        ]
+        for r in rows
+    ]
+    return "\n".join(format_columns(header, body))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -231,10 +231,9 @@ def post_grad_graph(fn: Callable, args: list) -> fx.GraphModule:
     ):
         try:
             torch.compile(fn, backend="inductor", fullgraph=True)(*args)
-        except Exception as e:  # Dynamo wraps what the backend raised
+        except Exception:  # _Stop, as Dynamo wraps what the backend raised
             if not graphs:
                 raise
-            del e
     torch._dynamo.reset()
     return graphs[0]
 

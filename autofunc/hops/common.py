@@ -255,13 +255,12 @@ def register_rules(hop: AutofuncHOP, dense: Callable) -> None:
     hop.py_impl(DispatchKey.Autograd)(_autograd)
     hop.fallthrough(DispatchKey.AutogradCPU)
     hop.fallthrough(DispatchKey.AutogradCUDA)
-    _HOPS.append(hop)
+    _not_allowed_yet.append(hop)
     if "torch._dynamo" in sys.modules:  # cheap then; else when first needed
         allow_hops_in_dynamo()
 
 
-_HOPS: list[AutofuncHOP] = []
-_allowed: set[int] = set()
+_not_allowed_yet: list[AutofuncHOP] = []
 
 
 def allow_hops_in_dynamo() -> None:
@@ -284,10 +283,8 @@ def allow_hops_in_dynamo() -> None:
     runs the functionalize/proxy rules above, so the compiled graph holds the HOP as if
     autofunc had emitted it, and the re-inplace pass handles it as usual.
     """
-    for hop in _HOPS:
-        if id(hop) not in _allowed:
-            torch.compiler.allow_in_graph(hop)
-            _allowed.add(id(hop))
+    while _not_allowed_yet:
+        torch.compiler.allow_in_graph(_not_allowed_yet.pop())
 
 
 class Distinct:

@@ -37,7 +37,7 @@ write), and every output that names one of them is that buffer. Anything else st
 per pointer, one of which may be written in place (Note [One memory, two mutable buffers]); a
 node without recorded values keeps the graph's meaning and says so in its report.
 
-Imports ``adapter`` and ``views`` only (and PyTorch's HOP objects).
+Imports ``adapter``, ``common``, ``views`` and ``regions`` only (and PyTorch's HOP objects).
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ from torch._higher_order_ops.triton_kernel_wrap import (
     triton_kernel_wrapper_functional,
     triton_kernel_wrapper_mutation,
 )
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import views
+from ..regions import same_geometry
 from .adapter import (
     DirectCall,
     Mutation,
@@ -62,6 +62,7 @@ from .adapter import (
     register_adapter,
     unregister_adapter,
 )
+from .common import same_storage
 
 __all__ = ["TritonAdapter", "enable", "enabled", "kernel_name"]
 
@@ -166,12 +167,7 @@ def _one_eager_tensor(args: dict, eager: dict | None, a: str, b: str) -> bool:
     x, y = eager.get(a), eager.get(b)
     if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
         return False
-    return (
-        StorageWeakRef(x.untyped_storage()) == StorageWeakRef(y.untyped_storage())
-        and x.shape == y.shape
-        and x.stride() == y.stride()
-        and x.storage_offset() == y.storage_offset()
-    )
+    return same_storage(x, y) and same_geometry(x, y)
 
 
 def _is_tensor(value: Any) -> bool:

@@ -203,10 +203,9 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
     analysis, graph = ctx.analysis, ctx.gm.graph
     decisions, new_bufs, arg_bases = [], [], []
     outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
-    also: dict[int, list[fx.Node]] = {}  # buffer index -> its other outputs (Mutation.also_keys)
-    for key, i in m.also_keys:
-        if key in outs:
-            also.setdefault(i, []).append(outs[key])
+    keys: dict[int, list[Any]] = {i: [buf.out_index] for i, buf in enumerate(bufs)}
+    for key, i in m.also_keys:  # outputs that hold a buffer's new value too
+        keys[i].append(key)
     inplace: list[_Buffer] = []
     with graph.inserting_before(node):
         for k, buf in enumerate(bufs):
@@ -222,7 +221,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                 )
             )
             log.debug("%s %s %s: %s %s", node.name, m.op_name, buf.args, reason.value, detail)
-            out = outs.get(buf.out_index)
+            mine = [outs.pop(key) for key in keys[k] if key in outs]  # this buffer's outputs
             aliased = _aliased_args(buf, _written(analysis, buf)) if ctx.for_inductor else False
             if reason is Reason.INPLACE:
                 root = analysis.root[analysis.version[buf.node]]
@@ -232,33 +231,26 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                 pin = aliased or _realize_whole(ctx, buf)
                 arg_bases.append(pin_layout(ctx, buf.node) if pin else buf.node)
                 inplace.append(buf)
-                for o in [out, *also.get(k, ())]:
-                    if o is not None:
-                        analysis.merge(buf.node, o)
-                        o.replace_all_uses_with(buf.node)
-                        graph.erase_node(o)
-                # Note [Buffers of one call decided in turn]
-                if buf.node.op != "placeholder":
-                    _fold_scatters(ctx, buf.node)
+                for o in mine:
+                    analysis.merge(buf.node, o)
             else:
                 direct = all(c.is_alias for c in buf.chains)
                 clone = emit_clone(ctx, buf.node, aliased=aliased, direct=direct)
                 new_bufs.append(clone)
                 arg_bases.append(clone)
-                for o in [out, *also.get(k, ())]:
-                    if o is not None:
-                        analysis.track(clone, o)
+                for o in mine:
+                    analysis.track(clone, o)
+            for o in mine:
+                o.replace_all_uses_with(new_bufs[-1])
+                graph.erase_node(o)
+            # Note [Buffers of one call decided in turn]
+            if reason is Reason.INPLACE and buf.node.op != "placeholder":
+                _fold_scatters(ctx, buf.node)
         call, num_returns = _emit_call(ctx, node, m, arg_bases)
-    buffer_of = {buf.out_index: i for i, buf in enumerate(bufs)} | dict(m.also_keys)
-    for key, user in outs.items():
-        if key in buffer_of and decisions[buffer_of[key]]:
-            continue  # replaced by the buffer itself already
-        if key in buffer_of:
-            repl = new_bufs[buffer_of[key]]
-        else:  # one of the op's own outputs
-            repl = call if num_returns == 1 else getitem_of(graph, call, key, user)
-            if user in analysis.version:
-                analysis.track(repl, user)
+    for key, user in outs.items():  # what is left: the op's own outputs
+        repl = call if num_returns == 1 else getitem_of(graph, call, key, user)
+        if user in analysis.version:
+            analysis.track(repl, user)
         user.replace_all_uses_with(repl)
         graph.erase_node(user)
     graph.erase_node(node)
