@@ -226,7 +226,9 @@ def compare_cases() -> list[dict]:
         {
             "case": name,
             **_builtin_and_autofunc(
-                lambda: _graph_bytes(program(wrap_triton, kernels()), make_inputs())
+                lambda p=program, make=make_inputs: _graph_bytes(
+                    p(wrap_triton, kernels()), make()
+                )
             ),
         }
         for name, (program, make_inputs) in _case_programs().items()
