@@ -501,6 +501,31 @@ def copy_then_call(dst, src, y):
 
 
 @program(
+    lambda: (torch.randn(256, 256), torch.randn(256)),
+    "a copy saved before the call is returned: saved = x.clone(); add_(x, y); return saved",
+    necessary_bytes=256 * 256 * 4,  # the copy the program asks for
+)
+def saved_before_call(x, y):
+    saved = x.clone()
+    add_(x, y)
+    return saved
+
+
+@program(
+    lambda: (torch.randn(256, 256), torch.randn(256)),
+    "columns read before and after two calls on a computed buffer and on the input",
+    necessary_bytes=256 * 256 * 4 + 3 * 256 * 4,  # y = x + 1 and the three columns
+)
+def reads_around_calls(x, v):
+    y = x + 1
+    before = y[:, 0] * 1.0
+    add_(y[1], v)
+    after = y[:, 0] + 0
+    add_(x[2], v)
+    return before, after, x[:, 1] * 3
+
+
+@program(
     lambda: (torch.randn(64, 64, requires_grad=True), torch.zeros(64, 64)),
     "training: token counts updated by a custom op and saved for backward (h * counts)",
 )

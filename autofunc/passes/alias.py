@@ -332,10 +332,16 @@ class AliasAnalysis:
     def read_before_used_after(
         self, node: fx.Node, buffer: fx.Node, written: list[Region]
     ) -> fx.Node | None:
-        """A lazy reader (``lazy_reader``; any reader when none was given) that, before
+        """The first of :meth:`reads_before_used_after`, or ``None``."""
+        hits = self.reads_before_used_after(node, buffer, written)
+        return hits[0] if hits else None
+
+    def reads_before_used_after(
+        self, node: fx.Node, buffer: fx.Node, written: list[Region]
+    ) -> list[fx.Node]:
+        """The lazy readers (``lazy_reader``; any reader when none was given) that, before
         ``node``, read an element of ``written`` in ``buffer``'s memory class and whose value is
-        still needed after ``node`` (a compiler that evaluates it late would see the write), or
-        ``None``.
+        still needed after ``node`` (a compiler that evaluates them late would see the write).
 
         Each version keeps the lazy reads seen so far whose value is still needed; positions
         only grow across the pass's calls, so every read enters and leaves that list once.
@@ -343,7 +349,7 @@ class AliasAnalysis:
         pos = self.position[node]
         cls = self.memory_class(self.version[buffer])
         live = self._live(self._live_lazy, cls)
-        exhausted = []
+        exhausted, hits = [], []
         for key in live:
             reads, pending = self.reads[key], self._pending.setdefault(key, [])
             i = self._pending_cursor.get(key, 0)
@@ -356,12 +362,9 @@ class AliasAnalysis:
             if not pending and i == len(reads):
                 exhausted.append(key)
                 continue
-            for r in pending:
-                if self._hits(key, r, written):
-                    self._drop(live, exhausted)
-                    return r.node
+            hits.extend(r.node for r in pending if self._hits(key, r, written))
         self._drop(live, exhausted)
-        return None
+        return list(dict.fromkeys(hits))
 
     def first_read_after(
         self, node: fx.Node, buffer: fx.Node, written: list[Region]

@@ -262,3 +262,11 @@ def _epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
         if isinstance(dst, fx.Node) and dst.op == "placeholder":
             out[dst] = n
     return out
+
+
+def _nbytes(val: Any) -> int:
+    """The bytes of a tensor value (its size hint when symbolic); 0 for anything else."""
+    if not isinstance(val, torch.Tensor):
+        return 0
+    n = val.numel() * val.element_size()
+    return int(n) if isinstance(n, int) else int(n.node.hint or 0)

@@ -53,6 +53,7 @@ from .facts import (
     _buffers,
     _epilogue_copies,
     _flat_outputs,
+    _nbytes,
     _output_nodes,
     _outputs_regenerated_from_inputs,
     _Pass,
@@ -66,6 +67,7 @@ from .inductor_repairs import (
     _keep_old_copy_sources,
     _separate_outputs_from_inputs,
 )
+from .lazy_reads import Realization, realize_before
 from .report import CallReport, Decision, Reason, Report
 from .rules import RULES, Rule, _decide, _lazy_under_inductor, _Query
 from .scatters import _fold_scatters
@@ -209,7 +211,12 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
     inplace: list[_Buffer] = []
     with graph.inserting_before(node):
         for k, buf in enumerate(bufs):
-            reason, detail = _decide(_Query(ctx, node, m, buf, bufs, tuple(inplace)))
+            query = _Query(ctx, node, m, buf, bufs, tuple(inplace))
+            reason, detail = _decide(query)
+            if reason is Reason.INPLACE and query.realize is not None:
+                # Note [Lazy reads computed before the call]
+                realize_before(ctx, node, query.realize)
+                detail = _realized_detail(query.realize)
             decisions.append(
                 Decision(
                     tuple(buf.args),
@@ -320,12 +327,9 @@ def _emit_call(
     return call, n
 
 
-def _nbytes(val: Any) -> int:
-    if not isinstance(val, torch.Tensor):
-        return 0
-    numel = val.numel()
-    n = numel * val.element_size()
-    return int(n) if isinstance(n, int) else int(n.node.hint or 0)
+def _realized_detail(plan: Realization) -> str:
+    names = ", ".join(n.name for n in plan.nodes)
+    return f"{names} computed before the call, {plan.nbytes} B"
 
 
 def _check_vals(hops: list[fx.Node]) -> None:

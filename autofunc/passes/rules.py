@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from typing import Callable, NamedTuple
 
 import torch
@@ -19,6 +20,7 @@ from .alias import SCATTER_VIEWS
 from .facts import (
     _aliased_args,
     _Buffer,
+    _nbytes,
     _other_tensor_args,
     _output_of,
     _output_positions,
@@ -26,6 +28,7 @@ from .facts import (
     _view_base,
     _written,
 )
+from .lazy_reads import Realization, plan_realization
 from .report import Reason
 from .scatters import _SAME_BYTES, _all_scatters_fold, _is_view_chain
 
@@ -46,6 +49,8 @@ class _Query:
     buf: _Buffer
     bufs: list[_Buffer]  # every buffer of the call, ``buf`` among them
     inplace: tuple[_Buffer, ...] = ()  # the buffers of the call already written in place
+    # lazy values to compute before the call when the buffer is written in place (R9)
+    realize: Realization | None = None
 
     @functools.cached_property
     def root(self) -> fx.Node:
@@ -292,11 +297,20 @@ def _lazy_read(q: _Query) -> Verdict:
     # Note [Lazy reads under Inductor]: Inductor computes a pointwise read (or a reduction over
     # one element) only where its result is needed, which can be after an opaque op wrote that
     # memory in place: it does not order such pending reads before a custom op's mutation.
-    # PyTorch's own re-inplacing miscompiles this case.
-    if not q.ctx.for_inductor:
+    # PyTorch's own re-inplacing miscompiles this case. Where computing those values before the
+    # call costs less than a clone of the buffer, the rewrite does that instead (Note [Lazy
+    # reads computed before the call] in lazy_reads.py).
+    ctx = q.ctx
+    if not ctx.for_inductor:
         return None
-    lazy = q.ctx.analysis.read_before_used_after(q.node, q.buf.node, q.written)
-    return None if lazy is None else (Reason.LAZY_READ, f"by {lazy.name}")
+    readers = ctx.analysis.reads_before_used_after(q.node, q.buf.node, q.written)
+    if not readers:
+        return None
+    plan = plan_realization(q.node, readers, ctx.outputs, _lazy_under_inductor)
+    if plan is not None and plan.nbytes < _nbytes(q.buf.node.meta.get("val")):
+        q.realize = plan
+        return None
+    return Reason.LAZY_READ, f"by {readers[0].name}"
 
 
 def _read_later(q: _Query) -> Verdict:
@@ -353,8 +367,11 @@ _EXTERN_READERS = frozenset(
 
 
 def _lazy_under_inductor(reader: fx.Node) -> bool:
-    """Whether Inductor may evaluate ``reader`` later than its place in the graph."""
+    """Whether Inductor may evaluate ``reader`` later than its place in the graph (an element
+    of a lazy node's tuple is as lazy as the node)."""
     target = reader.target
+    if target is operator.getitem and isinstance(reader.args[0], fx.Node):
+        return _lazy_under_inductor(reader.args[0])
     if not isinstance(target, torch._ops.OpOverload):
         return False  # HOPs, getitem, output
     return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS

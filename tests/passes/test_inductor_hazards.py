@@ -542,3 +542,114 @@ def test_one_tensor_as_read_and_mutable_argument_under_inductor(fuzz_strategy):
     with autofunc.override(fuzz_strategy, fuzz.OPS):
         torch.manual_seed(1708516585)
         check_inductor(same_tensor_read_and_written, torch.randn(5, 5, dtype=torch.float64))
+
+
+# -- lazy reads computed before the call instead of a clone (Note [Lazy reads computed before
+# the call]) ----------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("autofunc_hazards::add_row", mutates_args={"x"})
+def add_row(x: torch.Tensor, y: torch.Tensor) -> None:
+    x.add_(y)
+
+
+@pytest.fixture(params=["v1", "v2"])
+def row_strategy(request):
+    reg = autofunc.register(add_row, strategy=request.param)
+    yield request.param
+    reg.remove()
+
+
+def saved_before_call(x, y):
+    saved = x.clone()  # lazy: Inductor would compute it where it is returned
+    add_row(x, y)
+    return saved
+
+
+def columns_around_calls(x, y):
+    b = x + 1
+    before = b[:, 0] * 1.0
+    add_row(b[1], y)
+    after = b[:, 0] + 0
+    add_row(x[2], y)
+    return before, after, x[:, 1] * 3
+
+
+def chain_read_before(x, y):
+    b = x * 2
+    c = b[:, 1:3] + 1  # a lazy chain: b is fused into c, c into d, d computed at the output
+    d = c.sum(1)
+    add_row(x, y)
+    return d, x[0]
+
+
+def whole_buffer_read_before(x, y):
+    b = x * 1
+    c = b + 1  # as big as the buffer and not returned: a clone of b[0] costs less (v1)
+    add_row(b[0], y)
+    return c.sum(1) + b[0].sum()
+
+
+def _row_reports(fn, *inputs):
+    from autofunc.inductor import collect_reports
+
+    torch._dynamo.reset()
+    with inductor_config.patch(fx_graph_cache=False), collect_reports() as reports:
+        check_inductor(fn, *inputs)
+    assert reports  # compiled here, not served from a cache
+    return [d for r in reports for c in r.calls for d in c.decisions]
+
+
+@pytest.mark.parametrize("fn", [saved_before_call, columns_around_calls, chain_read_before])
+def test_lazy_read_computed_before_the_call(row_strategy, fn):
+    decisions = _row_reports(fn, torch.randn(6, 5), torch.randn(5))
+    assert decisions and all(d.inplace for d in decisions), [d.explain() for d in decisions]
+    assert any("computed before the call" in d.detail for d in decisions)
+
+
+def test_lazy_read_bigger_than_the_clone_keeps_the_clone(row_strategy):
+    decisions = _row_reports(whole_buffer_read_before, torch.randn(6, 5), torch.randn(5))
+    (d,) = decisions
+    # Inductor's reorder_for_locality may already have moved the read after the call
+    lazy_or_later = (autofunc.Reason.LAZY_READ, autofunc.Reason.READ_LATER)
+    assert not d.inplace and d.reason in lazy_or_later, d.explain()
+
+
+def test_lazy_read_realized_in_the_post_grad_graph(row_strategy):
+    from autofunc.bench.user_triton import post_grad_graph
+    from autofunc.testing import format_graph
+
+    gm = post_grad_graph(saved_before_call, [torch.randn(6, 5), torch.randn(5)])
+    code = format_graph(gm)
+    # the copy into a fresh buffer comes before the call, and the output reads it
+    assert code.index("aten.empty_like") < code.index("aten.copy_") < code.index("add_row")
+    assert "return (copy__default,)" in code, code
+
+
+def test_realization_plan_is_the_frontier_and_its_cost():
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    from autofunc.passes.lazy_reads import plan_realization
+
+    def f(x, y):
+        b = x * 2  # read by the call's buffer
+        c = b[:, 1:3] + 1  # lazy, before the call
+        d = c.sum(1)  # lazy, used after the call: the frontier
+        e = b + 1  # lazy, its sum is computed after the call: the frontier too
+        x.add_(y)  # stands for the call
+        return d * 2, e.sum()
+
+    gm = torch.fx.symbolic_trace(f)
+    FakeTensorProp(gm).propagate(torch.randn(4, 5), torch.randn(5))
+    n = {node.name: node for node in gm.graph.nodes}
+    call = n["add_"]
+
+    def lazy(node):
+        return node.op in ("call_function", "call_method") and node is not call
+
+    plan = plan_realization(call, [n["mul"]], [], lazy)
+    # what the nodes after the call take: c.sum(1), and b + 1 (its sum comes after the call)
+    assert [x.name for x in plan.nodes] == ["sum_1", "add_1"]
+    assert plan.nbytes == 4 * 4 + 4 * 5 * 4
+    returned = plan_realization(call, [n["mul"]], [n["sum_1"], n["add_1"]], lazy)
+    assert returned.nbytes == 0
