@@ -11,7 +11,8 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
@@ -25,17 +26,17 @@ from .hops.v2 import eager_aliases, functionalize_v2
 from .schema import OpInfo, op_info, qualname, resolve
 
 __all__ = [
-    "register",
+    "STRATEGIES",
+    "Registration",
+    "RegistrySnapshot",
+    "RegistryState",
+    "add_backend_hook",
     "functionalize",
     "override",
-    "Registration",
+    "register",
     "registered_strategy",
     "registrations",
     "state_token",
-    "RegistryState",
-    "RegistrySnapshot",
-    "add_backend_hook",
-    "STRATEGIES",
 ]
 
 log = logging.getLogger("autofunc.registry")
@@ -221,7 +222,7 @@ class Registration:
             _state.release(name, self._generation)
         _release_if_unused()
 
-    def __enter__(self) -> "Registration":
+    def __enter__(self) -> Registration:
         return self
 
     def __exit__(self, *exc: object) -> None:
