@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import hashlib
 import logging
 import threading
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 import torch._inductor.config as inductor_config
-from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+from torch._inductor.custom_graph_pass import CustomGraphPass
 
 try:  # torch >= 2.10: the pass is told whether the graph is an inference graph
     from torch._inductor.custom_graph_pass import CustomInferenceAwareGraphPass as _Base
@@ -43,11 +44,31 @@ __all__ = [
 
 log = logging.getLogger("autofunc.inductor")
 
-# The lists of the open ``collect_reports()`` blocks; each compiled graph's report goes to all.
-_collectors: list[list] = []
-_collectors_lock = threading.Lock()
-# The most recent reports, for ``last_reports`` (bounded: older ones are dropped).
-_recent: collections.deque = collections.deque(maxlen=64)
+
+class _PassState:
+    """The Inductor glue's state: the re-inplace switch and where each graph's report goes.
+
+    ``reinplace`` (default True): set it to False to decompose the HOPs without re-inplacing
+    (every buffer is cloned); it is part of the pass's cache key. Each report of a graph with
+    autofunc calls goes to every open ``collect_reports()`` block (``blocks``, guarded by
+    ``lock``: graphs compile in several threads) and to ``recent``, the last 64 for
+    ``last_reports`` (bounded, so a long-running server does not accumulate them).
+    """
+
+    def __init__(self) -> None:
+        self.reinplace = True
+        self.blocks: list[list] = []
+        self.lock = threading.Lock()
+        self.recent: collections.deque = collections.deque(maxlen=64)
+
+    def deliver(self, report: Any) -> None:
+        self.recent.append(report)
+        with self.lock:
+            for reports in self.blocks:
+                reports.append(report)
+
+
+_state = _PassState()
 
 
 @contextlib.contextmanager
@@ -62,20 +83,20 @@ def collect_reports() -> Iterator[list]:
     pass and so has no report here (``explain`` turns both caches off).
     """
     reports: list = []
-    with _collectors_lock:
-        _collectors.append(reports)
+    with _state.lock:
+        _state.blocks.append(reports)
     try:
         yield reports
     finally:
-        with _collectors_lock:
-            _collectors.remove(reports)
+        with _state.lock:
+            _state.blocks.remove(reports)
 
 
 def last_reports(clear: bool = False) -> list:
     """The reports of the most recently compiled graphs (at most 64), oldest first."""
-    out = list(_recent)
+    out = list(_state.recent)
     if clear:
-        _recent.clear()
+        _state.recent.clear()
     return out
 
 
@@ -91,10 +112,7 @@ class ReinplacePass(_Base):
             gm, enable=inductor_config_enabled(), is_inference=is_inference, for_inductor=True
         )
         if report.calls:
-            _recent.append(report)
-            with _collectors_lock:
-                for reports in _collectors:
-                    reports.append(report)
+            _state.deliver(report)
             _publish(report)
         if self.then is None:
             return
@@ -109,17 +127,17 @@ class ReinplacePass(_Base):
 
     def uuid(self) -> Any:
         # Inductor's FX graph cache and AOTAutograd's cache key on this. It must change whenever
-        # the pass's code does, and whenever the registrations do: they decide what
-        # functionalization emits for the same Dynamo graph (v1, v2 or PyTorch's own HOP).
-        # On a cache hit functionalization does not run again; this does (Note [Guarding on the
-        # registrations] in guards.py).
+        # the code that decides the graph does (Note [The cache key covers the graph's code]),
+        # and whenever the registrations do: they decide what functionalization emits for the
+        # same Dynamo graph (v1, v2 or PyTorch's own HOP). On a cache hit functionalization does
+        # not run again; this does (Note [Guarding on the registrations] in guards.py).
         guard_current_compile(registry.state_token)
-        own = get_hash_for_files(
-            _pass_sources(),
-            extra=f"reinplace={inductor_config_enabled()};triton={_triton.enabled()}",
+        own = hashlib.sha256(
+            f"{_source_digest()};reinplace={inductor_config_enabled()};"
+            f"triton={_triton.enabled()}".encode()
         )
         then = self.then.uuid() if hasattr(self.then, "uuid") else repr(self.then)
-        return (own.hex(), registry.state_token(), then)
+        return (own.hexdigest(), registry.state_token(), then)
 
 
 def _publish(report: Any) -> None:
@@ -146,28 +164,48 @@ def _publish(report: Any) -> None:
     c["bytes_saved"] += report.bytes_saved
 
 
-# The modules whose code decides what the pass and the HOPs emit (the cache key hashes these
-# alone: the benchmark, the fuzzer, the CLI and the kernels do not change a compiled graph).
-_PASS_MODULES = ("hops", "passes", "views.py", "regions.py", "symbolic.py", "schema.py",
-                 "registry.py", "inductor.py")  # registry: which HOP a v1 call becomes
+# Note [The cache key covers the graph's code]
+# On a hit in Inductor's FX graph cache or AOTAutograd's cache neither functionalization nor the
+# pass runs, so their key (``ReinplacePass.uuid``) must change with every piece of autofunc code
+# that decides what a compiled graph holds: the pass, the HOPs and their view chains, and the
+# registry (which HOP a call becomes: a v1 call may become v2). A hand-kept list of those
+# modules goes stale when one is added, moved or split into a package, so every source file of
+# the package is hashed, at any depth, except those that only run around a compile. What the
+# pass and the registry import is checked against this set by tests/test_inductor.py.
+_NOT_IN_GRAPH = frozenset(
+    {
+        "__main__.py",  # ``python -m autofunc``: the CLI
+        "cli.py",  # the CLI: explain and the benchmarks from a shell
+        "explain.py",  # its compile turns Inductor's and AOTAutograd's caches off
+        "testing.py",  # test helpers: their capture backend is not Inductor and is not cached
+        "bench",  # benchmarks: build, compile and time programs
+        "kernels",  # autofunc.kernels: custom ops; a graph names them, their code runs in them
+    }
+)
+
+
+def _graph_sources() -> list[Path]:
+    """The package's source files that the cache key hashes, in a fixed order."""
+    root = Path(__file__).parent
+    return sorted(
+        path for path in root.rglob("*.py") if path.relative_to(root).parts[0] not in _NOT_IN_GRAPH
+    )
 
 
 @functools.lru_cache(maxsize=1)
-def _pass_sources() -> tuple[str, ...]:
+def _source_digest() -> str:
+    """sha256 over the path (relative to the package) and the bytes of each graph source."""
     root = Path(__file__).parent
-    files = []
-    for name in _PASS_MODULES:
-        path = root / name
-        files += sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.exists() else []
-    return tuple(str(f) for f in files)
-
-
-# Set to False to decompose the HOPs without re-inplacing (every buffer is cloned).
-REINPLACE = True
+    digest = hashlib.sha256()
+    for path in _graph_sources():
+        data = path.read_bytes()
+        digest.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
 
 
 def inductor_config_enabled() -> bool:
-    return REINPLACE
+    return _state.reinplace
 
 
 def install_pass() -> None:
@@ -223,4 +261,3 @@ def reinplace_triton_kernels(enabled: bool = True) -> None:
         install_pass()
     elif not registry.registrations():
         uninstall_pass()
-

@@ -11,7 +11,8 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
@@ -25,51 +26,187 @@ from .hops.v2 import eager_aliases, functionalize_v2
 from .schema import OpInfo, op_info, qualname, resolve
 
 __all__ = [
-    "register",
+    "STRATEGIES",
+    "Registration",
+    "RegistrySnapshot",
+    "RegistryState",
+    "add_backend_hook",
     "functionalize",
     "override",
-    "Registration",
+    "register",
     "registered_strategy",
     "registrations",
     "state_token",
-    "add_backend_hook",
-    "STRATEGIES",
 ]
 
 log = logging.getLogger("autofunc.registry")
 
 STRATEGIES = ("v1", "v2")
 
-# qualname -> strategy; the dispatch rule reads it on every call, so re-registering an op only
-# changes this entry.
-_strategy: dict[str, str] = {}
-# qualnames whose dispatch rule is installed. A rule stays installed for the life of the
-# process (PyTorch cannot unregister a rule of a ``custom_op``); once an op is removed from
-# ``_strategy`` its rule hands every call back to FunctionalTensorMode's own handling.
-_rule_installed: set[str] = set()
-# qualname -> the Library holding the op's Functionalize-key kernel (C++ functionalization, as
-# in ``make_fx(torch.func.functionalize(f))``); destroyed when the op is removed.
-_kernel_libs: dict[str, torch.library.Library] = {}
-_generation = itertools.count(1)
-# qualname -> the generation of the registration that currently owns it.
-_owner: dict[str, int] = {}
-# ``tuple(sorted(_strategy.items()))``, recomputed on every change; compiled frames are guarded
-# on it (Note [Guarding on the registrations] in guards.py).
-_token: tuple = ()
+
+@dataclasses.dataclass(frozen=True)
+class RegistrySnapshot:
+    """What :meth:`RegistryState.snapshot` saw of some ops; an immutable value.
+
+    ``names`` are the ops it covers. For each of them, ``strategies`` and ``owners`` hold its
+    entry if it had one (an op missing from ``strategies`` was not routed to autofunc), and
+    ``kernels`` whether it had a Functionalize kernel.
+    """
+
+    names: frozenset[str]
+    strategies: tuple[tuple[str, str], ...]
+    owners: tuple[tuple[str, int], ...]
+    kernels: frozenset[str]
+
+
+class RegistryState:
+    """The registry's state, in one place; ``_state`` below is the process's one instance.
+
+    Registration state, which :meth:`snapshot` saves and :meth:`restore` puts back:
+
+    * the strategy of each routed op (qualname -> ``"v1"``/``"v2"``). The dispatch rule reads it
+      on every call, so re-registering an op only changes this entry;
+    * the owner of each registered op: the generation of the :func:`register` call whose
+      handle's ``remove()`` undoes it;
+    * the ``Library`` holding each op's Functionalize-key kernel (C++ functionalization, as in
+      ``make_fx(torch.func.functionalize(f))``), destroyed when the op is removed;
+    * :attr:`token`, the strategies as a hashable value.
+
+    Process plumbing, which neither of them touches:
+
+    * the ops whose dispatch rule is installed. A rule stays installed for the life of the
+      process (PyTorch cannot unregister a rule of a ``custom_op``); once an op has no strategy
+      its rule hands every call back to FunctionalTensorMode's own handling;
+    * the generation counter: never rewound, so a handle replaced once never owns an op again.
+
+    Invariants (:meth:`check`): ``token == tuple(sorted(strategies.items()))``, recomputed on
+    every change (compiled frames are guarded on it, Note [Guarding on the registrations] in
+    guards.py); every strategy is one of :data:`STRATEGIES`; every op with a strategy or a
+    kernel has its rule installed; outside ``override`` blocks, the ops with a strategy are
+    exactly the ops with an owner. Only the methods change the state.
+    """
+
+    def __init__(self) -> None:
+        self._strategies: dict[str, str] = {}
+        self._owners: dict[str, int] = {}
+        self._kernel_libs: dict[str, torch.library.Library] = {}
+        self._token: tuple = ()
+        self._rules: set[str] = set()
+        self._generations = itertools.count(1)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def token(self) -> tuple:
+        """The strategies as a hashable value: equal tokens mean equal registrations."""
+        return self._token
+
+    def strategy(self, name: str) -> str | None:
+        return self._strategies.get(name)
+
+    def strategies(self) -> dict[str, str]:
+        return dict(self._strategies)
+
+    def has_kernel(self, name: str) -> bool:
+        return name in self._kernel_libs
+
+    # -- changing --------------------------------------------------------------------------
+
+    def set_strategy(self, name: str, strategy: str | None) -> None:
+        """Route ``name`` to ``strategy`` (``None``: to PyTorch's own handling)."""
+        if strategy is None:
+            self._strategies.pop(name, None)
+        else:
+            self._strategies[name] = strategy
+        self._token = tuple(sorted(self._strategies.items()))
+
+    def new_generation(self) -> int:
+        return next(self._generations)
+
+    def claim(self, name: str, strategy: str, generation: int) -> None:
+        """Register ``name`` with ``strategy`` on behalf of the handle of ``generation``."""
+        self.set_strategy(name, strategy)
+        self._owners[name] = generation
+
+    def release(self, name: str, generation: int) -> bool:
+        """Undo ``name``'s registration if the handle of ``generation`` still owns it (a later
+        :func:`register` call may have taken it over). Returns whether it did."""
+        if self._owners.get(name) != generation:
+            return False
+        del self._owners[name]
+        self.set_strategy(name, None)
+        self.use_kernel(name, False)
+        return True
+
+    def install_rule(self, op: OpOverload) -> bool:
+        """Install autofunc's dispatch rule for ``op`` unless it has it; returns whether it was
+        installed just now."""
+        name = qualname(op)
+        if name in self._rules:
+            return False
+        _install_rule(op)
+        self._rules.add(name)
+        return True
+
+    def use_kernel(self, name: str, wanted: bool, op: OpOverload | None = None) -> None:
+        """Install (``wanted``) or destroy ``name``'s Functionalize kernel, where it has not
+        (has) one already."""
+        if not wanted:
+            lib = self._kernel_libs.pop(name, None)
+            if lib is not None:
+                lib._destroy()
+        elif name not in self._kernel_libs:
+            self._kernel_libs[name] = _install_functionalize_kernel(op or resolve(name))
+
+    # -- saving and restoring --------------------------------------------------------------
+
+    def snapshot(self, names: Iterable[str] | None = None) -> RegistrySnapshot:
+        """The registration state of ``names`` (default: every op with a strategy)."""
+        names = frozenset(self._strategies if names is None else names)
+        return RegistrySnapshot(
+            names=names,
+            strategies=tuple(sorted((n, s) for n, s in self._strategies.items() if n in names)),
+            owners=tuple(sorted((n, g) for n, g in self._owners.items() if n in names)),
+            kernels=frozenset(n for n in self._kernel_libs if n in names),
+        )
+
+    def restore(self, snapshot: RegistrySnapshot) -> None:
+        """Put the ops ``snapshot`` covers back as they were then (strategy, owner, kernel);
+        other ops are left as they are. Handles taken before the snapshot work again."""
+        strategies, owners = dict(snapshot.strategies), dict(snapshot.owners)
+        for name in sorted(snapshot.names):
+            self.set_strategy(name, strategies.get(name))
+            if name in owners:
+                self._owners[name] = owners[name]
+            else:
+                self._owners.pop(name, None)
+            self.use_kernel(name, name in snapshot.kernels)
+
+    def check(self, *, outside_override: bool = True) -> None:
+        """Raise ``AssertionError`` where an invariant of the class docstring does not hold
+        (the strategy/owner one only if ``outside_override``)."""
+        expected = tuple(sorted(self._strategies.items()))
+        if self._token != expected:
+            raise AssertionError(f"registry token: expected {expected}, got {self._token}")
+        bad = {n: s for n, s in self._strategies.items() if s not in STRATEGIES}
+        if bad:
+            raise AssertionError(f"registry strategies: expected one of {STRATEGIES}, got {bad}")
+        unrouted = (self._strategies.keys() | self._kernel_libs.keys()) - self._rules
+        if unrouted:
+            raise AssertionError(f"registry: ops without their dispatch rule: {sorted(unrouted)}")
+        if outside_override and self._strategies.keys() != self._owners.keys():
+            raise AssertionError(
+                f"registry: expected the same ops with a strategy and an owner, got strategies "
+                f"{sorted(self._strategies)} and owners {sorted(self._owners)}"
+            )
+
+
+_state = RegistryState()
 
 
 def state_token() -> tuple:
     """The registrations as a hashable value: equal values mean equal registrations."""
-    return _token
-
-
-def _set_strategy(name: str, strategy: str | None) -> None:
-    global _token
-    if strategy is None:
-        _strategy.pop(name, None)
-    else:
-        _strategy[name] = strategy
-    _token = tuple(sorted(_strategy.items()))
+    return _state.token
 
 
 @dataclasses.dataclass
@@ -82,16 +219,10 @@ class Registration:
 
     def remove(self) -> None:
         for name in self.ops:
-            if _owner.get(name) != self._generation:
-                continue  # a later register() call replaced this one; it owns the op now
-            _owner.pop(name)
-            _set_strategy(name, None)
-            lib = _kernel_libs.pop(name, None)
-            if lib is not None:
-                lib._destroy()
+            _state.release(name, self._generation)
         _release_if_unused()
 
-    def __enter__(self) -> "Registration":
+    def __enter__(self) -> Registration:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -100,12 +231,12 @@ class Registration:
 
 def registrations() -> dict[str, str]:
     """``{op qualname: strategy}`` of every op autofunc currently functionalizes."""
-    return dict(_strategy)
+    return _state.strategies()
 
 
 def registered_strategy(op: OpOverload | str) -> str | None:
     """The strategy ``op`` is registered with, or ``None``."""
-    return _strategy.get(op if isinstance(op, str) else qualname(op))
+    return _state.strategy(op if isinstance(op, str) else qualname(op))
 
 
 def register(
@@ -133,12 +264,11 @@ def register(
             anything is registered, naming the op and the argument).
     """
     infos = _infos(op, "autofunc.register", strategy)
-    gen = next(_generation)
+    gen = _state.new_generation()
     first_time = False
     for info in infos:
         first_time |= _route(info, cpp_functionalize)
-        _set_strategy(info.qualname, strategy)
-        _owner[info.qualname] = gen
+        _state.claim(info.qualname, strategy, gen)
         log.debug("registered %s with strategy %s", info.qualname, strategy)
     if first_time:
         # Frames compiled before this op was ever registered ran no autofunc code, so they carry
@@ -151,7 +281,9 @@ def register(
 @contextlib.contextmanager
 def override(strategy: str | None, ops: Iterable[Any] = ()):
     """Use ``strategy`` for ``ops`` (default: every registered op) inside the ``with`` block,
-    then restore the registrations exactly as they were.
+    then restore the registrations of those ops exactly as they were (strategy, owning handle,
+    Functionalize kernel: a :class:`RegistrySnapshot` taken on entry); other ops registered or
+    removed inside the block stay so.
 
     ``strategy=None`` hands ``ops`` to PyTorch's built-in handling for the block. Registration
     handles taken before stay valid (their ``remove()`` still works afterwards), and frames
@@ -165,33 +297,20 @@ def override(strategy: str | None, ops: Iterable[Any] = ()):
     infos = (
         _infos(ops, "autofunc.override", strategy or "v2")
         if ops
-        else [op_info(resolve(name)) for name in _strategy]
+        else [op_info(resolve(name)) for name in _state.strategies()]
     )
-    saved = {i.qualname: (_strategy.get(i.qualname), _owner.get(i.qualname)) for i in infos}
-    added_kernels = []
+    saved = _state.snapshot(i.qualname for i in infos)
     try:
         for info in infos:
             if strategy is not None:
-                had_kernel = info.qualname in _kernel_libs
-                _route(info, True if had_kernel else None)
-                if not had_kernel and info.qualname in _kernel_libs:
-                    added_kernels.append(info.qualname)
-            _set_strategy(info.qualname, strategy)
+                # An op keeps the Functionalize kernel it has (registered on request).
+                _route(info, True if _state.has_kernel(info.qualname) else None)
+            _state.set_strategy(info.qualname, strategy)
         if strategy is not None:
             _install_pass()
         yield
     finally:
-        for name, (old_strategy, old_owner) in saved.items():
-            _set_strategy(name, old_strategy)
-            if old_owner is None:
-                _owner.pop(name, None)
-            else:
-                _owner[name] = old_owner
-        for name in added_kernels:
-            if name not in _strategy:
-                lib = _kernel_libs.pop(name, None)
-                if lib is not None:
-                    lib._destroy()
+        _state.restore(saved)
 
 
 def _infos(op: Any, who: str, strategy: str) -> list[OpInfo]:
@@ -222,16 +341,8 @@ def _route(info: OpInfo, cpp_functionalize: bool | None = None) -> bool:
     """Install autofunc's dispatch rule and, where wanted, its Functionalize kernel for
     ``info.op`` (idempotent). Returns whether the rule was installed just now, for the first
     time."""
-    first = info.qualname not in _rule_installed
-    if first:
-        _install_rule(info.op)
-        _rule_installed.add(info.qualname)
-    if not _wants_functionalize_kernel(info, cpp_functionalize):
-        lib = _kernel_libs.pop(info.qualname, None)
-        if lib is not None:
-            lib._destroy()
-    elif info.qualname not in _kernel_libs:
-        _kernel_libs[info.qualname] = _install_functionalize_kernel(info.op)
+    first = _state.install_rule(info.op)
+    _state.use_kernel(info.qualname, _wants_functionalize_kernel(info, cpp_functionalize), info.op)
     return first
 
 
@@ -279,7 +390,7 @@ def add_release_hook(hook: Callable[[], None]) -> None:
 
 
 def _release_if_unused() -> None:
-    if not _strategy:
+    if not _state.strategies():
         for hook in _release_hooks:
             hook()
 
@@ -367,13 +478,13 @@ def _cpp_functionalize_api() -> Any:
 def _functional_rule(mode: FunctionalTensorMode, func: OpOverload, types, args, kwargs) -> Any:
     # Whatever this call becomes, the frame being compiled depends on the registrations.
     guards.guard_current_compile(state_token)
-    if qualname(func) not in _strategy:  # unregistered: PyTorch's default handling
+    if _state.strategy(qualname(func)) is None:  # unregistered: PyTorch's default handling
         return mode.__torch_dispatch__(func, types, args, kwargs)
     return _functionalize_call(PythonFunctionalizeAPI(mode=mode), func, args, kwargs)
 
 
 def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | None) -> Any:
-    strategy = _strategy.get(qualname(func), "v2")
+    strategy = _state.strategy(qualname(func)) or "v2"
     if strategy == "v1":
         why = _v1_needs_v2(ctx, func, args, kwargs or {})
         if why is not None:

@@ -305,9 +305,9 @@ def test_reports_are_collected_per_block_and_bounded():
                 torch.compile(f, backend="inductor")(torch.randn(4), torch.zeros(4))
         torch._dynamo.reset()
         torch.compile(f, backend="inductor", dynamic=True)(torch.randn(5), torch.zeros(5))
-    assert len(inner) == 1 and len(outer) == 1 and not inductor._collectors
+    assert len(inner) == 1 and len(outer) == 1 and not inductor._state.blocks
     assert [c.op for c in outer[0].calls] == ["af_adopt2::axpy.default"]
-    assert inductor._recent.maxlen is not None
+    assert inductor._state.recent.maxlen is not None
 
 
 def test_registry_imports_no_backend():

@@ -237,6 +237,52 @@ def test_cpp_functionalize_of_an_op_returning_tensors_on_request(strategy):
     assert same_result(gm(x, y), fn(x, y))
 
 
+# -- the registry's state -----------------------------------------------------------------------
+
+
+def test_snapshot_and_restore_put_the_registrations_back():
+    state = autofunc.registry._state
+    first = autofunc.register(corpus.add_, strategy="v1")
+    try:
+        saved = state.snapshot()
+        assert hash(saved) == hash(state.snapshot())  # an immutable value
+        second = autofunc.register(corpus.add_, strategy="v2")  # takes the op over
+        other = autofunc.register(corpus.two, strategy="v2")
+        state.restore(saved)
+        other.remove()  # was not in the snapshot, so the restore left it alone
+        assert registered_strategy(_ADD) == "v1"
+        assert autofunc.registry.state_token() == saved.strategies == ((_ADD, "v1"),)
+        second.remove()  # no longer the owner: a no-op
+        assert registered_strategy(_ADD) == "v1"
+        state.check()
+    finally:
+        first.remove()
+    assert autofunc.registry.registrations() == {}
+    state.check()
+
+
+def test_override_restores_the_functionalize_kernel_exactly():
+    # An op that returns nothing, registered without its Functionalize kernel: override gives it
+    # the kernel for the block (the default for such an op) and must take it away again.
+    with autofunc.register(corpus.add_, strategy="v2", cpp_functionalize=False) as handle:
+        assert not _has_functionalize_kernel(_ADD)
+        with autofunc.override("v1"):
+            assert _has_functionalize_kernel(_ADD)
+            autofunc.registry._state.check(outside_override=False)
+        assert not _has_functionalize_kernel(_ADD)
+        assert registered_strategy(_ADD) == "v2"
+        autofunc.registry._state.check()
+    # Removed inside the block (which destroys its kernel): the block's end brings both back,
+    # and the handle owns the op again.
+    handle = autofunc.register(corpus.add_, strategy="v2")
+    with autofunc.override("v1", [corpus.add_]):
+        handle.remove()
+        assert registered_strategy(_ADD) is None and not _has_functionalize_kernel(_ADD)
+    assert registered_strategy(_ADD) == "v2" and _has_functionalize_kernel(_ADD)
+    handle.remove()
+    assert autofunc.registry.registrations() == {} and not _has_functionalize_kernel(_ADD)
+
+
 # -- the decorator -------------------------------------------------------------------------------
 
 
