@@ -148,7 +148,7 @@ def _publish(report: Any) -> None:
 
 # The modules whose code decides what the pass and the HOPs emit (the cache key hashes these
 # alone: the benchmark, the fuzzer, the CLI and the kernels do not change a compiled graph).
-_PASS_MODULES = ("hops", "passes", "views.py", "regions.py", "symbolic.py", "schema.py",
+_PASS_MODULES = ("hops", "passes", "views", "regions.py", "symbolic.py", "schema.py",
                  "registry.py", "inductor.py")  # registry: which HOP a v1 call becomes
 
 

@@ -232,9 +232,9 @@ def test_inference_makes_no_reference_cycles() -> None:
     # the cyclic GC frees, made for every view the pass and the HOPs infer.
     import gc
 
-    from autofunc import views
+    from autofunc.views import inference
 
-    views._infer.cache_clear()
+    inference._infer.cache_clear()
     for _ in range(10):  # drain earlier tests' garbage (finalizers may free more in a 2nd pass)
         if gc.collect() == 0:
             break
