@@ -7,7 +7,8 @@ the HOP-kwargs wire format. It is pure arithmetic on sizes, strides and offsets 
 guards (only ``statically_known_true`` decisions). Its modules, each importing only those above:
 
     geometry.py   guard-free arithmetic on (size, stride, offset); dtype rescaling
-    steps.py      the steps: Select, Slice, AsStrided, DtypeView
+    steps.py      the steps (Select, Slice, AsStrided, DtypeView), each carrying its apply,
+                  geometry, encode/decode and text; STEPS, the one tag -> class table
     chain.py      ViewChain: steps applied to a tensor or a geometry, and rendered
     search.py     dim matchings and the offset decomposition behind inference
     inference.py  infer_view, infer_view_of, infer_dtype_view

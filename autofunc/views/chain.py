@@ -12,25 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .geometry import Geom, IntLike, as_int, rescale
-from .steps import AsStrided, DtypeView, Select, Slice, Step
+from .geometry import Geom, IntLike
+from .steps import AsStrided, DtypeView, Step
 
 __all__ = ["ViewChain"]
-
-
-def _wrap_index(index: IntLike, n: IntLike) -> IntLike:
-    if isinstance(index, int) and isinstance(n, int) and index < 0:
-        return index + n
-    return index
-
-
-def _slice_start_len(step: Slice, n: IntLike) -> tuple[IntLike, IntLike]:
-    """(start, length) of ``aten.slice`` on a dim of size ``n`` (clamped like ATen for ints)."""
-    start, stop, k = step.start, step.stop, step.step
-    if all(isinstance(v, int) for v in (start, stop, n)):
-        start = min(max(start + n if start < 0 else start, 0), n)
-        stop = min(max(stop + n if stop < 0 else stop, start), n)
-    return start, (stop - start + k - 1) // k
 
 
 # --------------------------------------------------------------------------------------------
@@ -38,28 +23,10 @@ def _slice_start_len(step: Slice, n: IntLike) -> tuple[IntLike, IntLike]:
 # --------------------------------------------------------------------------------------------
 
 
-def _fmt_call(step: Step) -> str:
-    if isinstance(step, DtypeView):
-        return f"view({step.dtype})"
-    if isinstance(step, Select):
-        return f"select({step.dim}, {step.index})"
-    if isinstance(step, Slice):
-        return f"slice({step.dim}, {step.start}, {step.stop}, {step.step})"
-    return f"as_strided({tuple(step.size)}, {tuple(step.stride)}, {step.storage_offset})"
-
-
-def _fmt_index(step: Select | Slice) -> str:
-    if isinstance(step, Select):
-        return str(step.index)
-    start = "" if as_int(step.start) == 0 else str(step.start)
-    text = f"{start}:{step.stop}"
-    return text if step.step == 1 else f"{text}:{step.step}"
-
-
 def _render(steps: Sequence[Step]) -> str:
     """Merge runs of select/slice on distinct dims into one subscript; join runs with ' -> '."""
-    dims = (s.dim for s in steps if isinstance(s, (Select, Slice)))
-    width = len(steps) + 1 + max(dims, default=0)
+    subs = [step.subscript() for step in steps]
+    width = len(steps) + 1 + max((sub.dim for sub in subs if sub is not None), default=0)
     parts: list[str] = []
     entries: dict[int, str] = {}  # original dim (at the run's input) -> subscript entry
     alive: list[int] = list(range(width))  # current dim -> original dim
@@ -71,16 +38,16 @@ def _render(steps: Sequence[Step]) -> str:
         entries.clear()
         alive[:] = range(width)
 
-    for step in steps:
-        if isinstance(step, (AsStrided, DtypeView)) or step.dim < 0:
+    for step, sub in zip(steps, subs):
+        if sub is None or sub.dim < 0:
             flush()
-            parts.append(_fmt_call(step))
+            parts.append(str(step))
             continue
-        if alive[step.dim] in entries:
+        if alive[sub.dim] in entries:
             flush()
-        entries[alive[step.dim]] = _fmt_index(step)
-        if isinstance(step, Select):
-            del alive[step.dim]
+        entries[alive[sub.dim]] = sub.entry
+        if sub.drops_dim:
+            del alive[sub.dim]
     flush()
     return " -> ".join(parts)
 
@@ -132,15 +99,7 @@ class ViewChain:
         """
         out = base
         for step in self.steps:
-            if isinstance(step, Select):
-                out = torch.ops.aten.select.int(out, step.dim, step.index)
-            elif isinstance(step, Slice):
-                out = torch.ops.aten.slice.Tensor(out, step.dim, step.start, step.stop, step.step)
-            elif isinstance(step, DtypeView):
-                out = torch.ops.aten.view.dtype(out, step.dtype)
-            else:
-                size, stride = list(step.size), list(step.stride)
-                out = torch.ops.aten.as_strided.default(out, size, stride, step.storage_offset)
+            out = step.apply(out)
         return out
 
     def geometry(
@@ -170,32 +129,13 @@ class ViewChain:
             ValueError: If the chain has a ``DtypeView`` and ``itemsize`` is not given, or the
                 geometry does not allow that dtype view.
         """
-        sizes, strides, offset = list(size), list(stride), storage_offset
+        geom = Geom(tuple(size), tuple(stride), storage_offset)
         for step in self.steps:
-            if isinstance(step, DtypeView):
-                if itemsize is None:
-                    raise ValueError(f"{self}: the base's element size is needed")
-                geom = rescale(
-                    Geom(tuple(sizes), tuple(strides), offset), itemsize, step.dtype.itemsize
-                )
-                if geom is None:
-                    raise ValueError(f"{self}: view({step.dtype}) is not valid here")
-                sizes, strides, offset = list(geom.size), list(geom.stride), geom.offset
-                itemsize = step.dtype.itemsize
-                continue
-            if isinstance(step, AsStrided):
-                sizes, strides = list(step.size), list(step.stride)
-                offset = step.storage_offset
-                continue
-            dim = step.dim + len(sizes) if step.dim < 0 else step.dim
-            if isinstance(step, Select):
-                offset = offset + _wrap_index(step.index, sizes[dim]) * strides[dim]
-                del sizes[dim], strides[dim]
-            else:
-                start, length = _slice_start_len(step, sizes[dim])
-                offset = offset + start * strides[dim]
-                sizes[dim], strides[dim] = length, strides[dim] * step.step
-        return tuple(sizes), tuple(strides), offset
+            try:
+                geom, itemsize = step.geometry(geom, itemsize)
+            except ValueError as e:  # a DtypeView's: name the chain too
+                raise ValueError(f"{self}: {e}") from None
+        return geom.size, geom.stride, geom.offset
 
     def dtype(self, base_dtype: torch.dtype) -> torch.dtype:
         """The dtype of the view the chain makes from a base of ``base_dtype``."""
