@@ -154,7 +154,7 @@ def region_of_geometry(
     ``geom`` is in elements of ``itemsize`` bytes, ``root`` in elements of ``root_itemsize``
     (default: ``itemsize``). A view of another element size gets a box only when its geometry,
     rescaled to the root's elements, is exactly a select/slice view of the root (Note [Dtype
-    views] in views.py); otherwise only its byte interval is known.
+    views] in views/steps.py); otherwise only its byte interval is known.
     """
     root_itemsize = itemsize if root_itemsize is None else root_itemsize
     return _region(geom, root, root_dense, itemsize, root_itemsize)

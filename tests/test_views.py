@@ -22,6 +22,7 @@ from autofunc.views import (
     infer_view_of,
     read_chain,
 )
+from autofunc.views.steps import STEPS
 
 # --------------------------------------------------------------------------------------------
 # Helpers
@@ -56,8 +57,18 @@ def _check(base: torch.Tensor, view: torch.Tensor) -> ViewChain:
 # --------------------------------------------------------------------------------------------
 
 
+def _from_root(n: int, make_base):
+    """A case's maker: a fresh root of ``n`` elements, and ``make_base(root)``."""
+
+    def make():
+        root = _root(n)
+        return root, make_base(root)
+
+    return make
+
+
 def _contig(*shape: int):
-    return lambda: (lambda r: (r, r.view(*shape)))(_root(math.prod(shape)))
+    return _from_root(math.prod(shape), lambda r: r.view(*shape))
 
 
 def _offset_base():
@@ -84,12 +95,12 @@ CASES = {
     "x[0].unsqueeze(0)": (_contig(4, 6), lambda x: x[0].unsqueeze(0), (Slice(0, 0, 1),)),
     "x[2:2]": (_contig(5, 12), lambda x: x[2:2], (AsStrided((0, 12), (12, 1), 24),)),
     "transposed base [2]": (
-        lambda: (lambda r: (r, r.view(4, 6).t()))(_root(24)),
+        _from_root(24, lambda r: r.view(4, 6).t()),
         lambda b: b[2],
         (Select(0, 2),),
     ),
     "transposed base [:, 1:3]": (
-        lambda: (lambda r: (r, r.view(4, 6).t()))(_root(24)),
+        _from_root(24, lambda r: r.view(4, 6).t()),
         lambda b: b[:, 1:3],
         (Slice(1, 1, 3),),
     ),
@@ -99,7 +110,7 @@ CASES = {
         (Slice(0, 1, 3), Slice(1, 0, 5, 2)),
     ),
     "expanded base [1]": (
-        lambda: (lambda r: (r, r.view(1, 4).expand(3, 4)))(_root(4)),
+        _from_root(4, lambda r: r.view(1, 4).expand(3, 4)),
         lambda b: b[1],
         (Select(0, 0),),
     ),
@@ -109,7 +120,7 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_table(name: str) -> None:
     make, view_fn, expected = CASES[name]
-    root, base = make()
+    _, base = make()
     chain = _check(base, view_fn(base))
     assert chain == ViewChain(expected)
     assert chain.uses_as_strided == any(isinstance(s, AsStrided) for s in expected)
@@ -222,6 +233,36 @@ def test_wire_round_trip() -> None:
             decode_chain(bad)
 
 
+# One example per step kind, with its rendering: a kind added to STEPS adds one here.
+STEP_EXAMPLES = {
+    Select: (Select(1, 2), "[:, 2]"),
+    Slice: (Slice(0, 1, 4, 2), "[1:4:2]"),
+    AsStrided: (AsStrided((2, 2), (3, 1), 1), "as_strided((2, 2), (3, 1), 1)"),
+    DtypeView: (DtypeView(torch.int16), "view(torch.int16)"),
+}
+
+
+def test_every_step_kind_has_an_example() -> None:
+    assert set(STEP_EXAMPLES) == set(STEPS.values())
+
+
+@pytest.mark.parametrize("tag", sorted(STEPS))
+def test_step_kind(tag: int) -> None:
+    # A step on the wire is its tag, then its own fields; what it applies to a tensor and what
+    # its arithmetic says about the geometry agree.
+    step, text = STEP_EXAMPLES[STEPS[tag]]
+    chain = ViewChain((step,))
+    wire = encode_chain(chain)
+    assert wire == (1, tag, *step.encode())
+    assert read_chain((7, *wire, 7), 1) == (chain, 1 + len(wire))
+    assert str(chain) == text
+    base = _root(24).view(4, 6)
+    view = chain.apply(base)
+    assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    assert chain.geometry(*_geom(base), itemsize=base.element_size()) == _geom(view)
+    assert chain.dtype(base.dtype) == view.dtype
+
+
 # --------------------------------------------------------------------------------------------
 # SymInt smoke test (unbacked symbols: no Dynamo import needed)
 # --------------------------------------------------------------------------------------------
@@ -232,9 +273,9 @@ def test_inference_makes_no_reference_cycles() -> None:
     # the cyclic GC frees, made for every view the pass and the HOPs infer.
     import gc
 
-    from autofunc import views
+    from autofunc.views import inference
 
-    views._infer.cache_clear()
+    inference._infer.cache_clear()
     for _ in range(10):  # drain earlier tests' garbage (finalizers may free more in a 2nd pass)
         if gc.collect() == 0:
             break

@@ -395,7 +395,8 @@ def test_the_pass_leaves_no_cyclic_garbage(strategy, for_inductor):
     import torch.fx as fx
     from torch.fx._lazy_graph_module import _LazyGraphModule
 
-    from autofunc import regions, views
+    from autofunc import regions
+    from autofunc.views import inference
 
     program = corpus.PROGRAMS["kv_layers"]
     compiled, captured = compile_capture(program.fn, reinplace_pass=False)
@@ -404,7 +405,7 @@ def test_the_pass_leaves_no_cyclic_garbage(strategy, for_inductor):
         graph = fx.Graph()
         graph.output(graph.graph_copy(captured.modules[0].graph, {}))
         gm = _LazyGraphModule(captured.modules[0], graph)  # recompiles lazily, as in Inductor
-        views._infer.cache_clear()
+        inference._infer.cache_clear()
         regions._region.cache_clear()
         gc.collect()
         gc.disable()
