@@ -14,10 +14,10 @@ of the installed package).
   and compares outputs and the final values of the inputs with eager.
 * ``shrink``: :func:`shrink` / :func:`shrink_failure` greedily delete statements while the
   failure persists; :func:`triage` runs a failure on every strategy and path.
-* ``repro``: :func:`write_repro` saves a self-contained pytest-style script.
+* ``repro``: :func:`write_repro` saves a pytest-style script that runs against the checkout.
 
-``scripts/fuzz_sweep.py`` and ``scripts/fuzz_campaign.py`` run long sweeps; ``tests/test_fuzz.py``
-runs a bounded one in CI.
+``python -m tools.fuzz_sweep`` and ``python -m tools.fuzz_campaign`` run long sweeps;
+``tests/test_fuzz.py`` runs a bounded one in CI.
 """
 
 from .check import LIMITATIONS, Failure, check

@@ -42,7 +42,7 @@ def _shape(shape: Sequence[int]) -> str:
 class Features:
     """Switches for program features. Those that only hit known PyTorch bugs (PyTorch's own
     handling fails on them too, or native in-place ops do) are off by default, so that a
-    failure points at autofunc; ``scripts/fuzz_sweep.py --features`` turns them on or off."""
+    failure points at autofunc; ``python -m tools.fuzz_sweep --features`` turns them on or off."""
 
     # ``b`` a view of ``a``: AOTAutograd's synthetic bases mis-replay views of a mutated input
     # ("incorrect out shape after application of ViewMeta sequence", wrong values), whatever
