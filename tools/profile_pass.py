@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch._functorch.config as functorch_config
 import torch._inductor.config as inductor_config
-import torch.fx as fx
+from torch import fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 import autofunc

@@ -22,30 +22,24 @@ of the installed package).
 
 from .check import LIMITATIONS, Failure, check
 from .generate import Features, generate, program_for
-from .ops import OPS, OP_NAMES, PATHS, STRATEGIES, m1, m2, m3, m3way, mlate, mopt, mret
+from .ops import OP_NAMES, OPS, PATHS, STRATEGIES, m1, m2, m3, m3way, mlate, mopt, mret
 from .program import EagerError, FuzzProgram, Stmt
 from .repro import repro_source, write_repro
 from .shrink import _without, shrink, shrink_failure, triage
 
 __all__ = [
+    "LIMITATIONS",
     "OPS",
     "OP_NAMES",
     "PATHS",
     "STRATEGIES",
-    "LIMITATIONS",
-    "Stmt",
-    "FuzzProgram",
-    "Features",
-    "Failure",
     "EagerError",
-    "generate",
-    "program_for",
+    "Failure",
+    "Features",
+    "FuzzProgram",
+    "Stmt",
     "check",
-    "shrink",
-    "shrink_failure",
-    "triage",
-    "repro_source",
-    "write_repro",
+    "generate",
     "m1",
     "m2",
     "m3",
@@ -53,4 +47,10 @@ __all__ = [
     "mlate",
     "mopt",
     "mret",
+    "program_for",
+    "repro_source",
+    "shrink",
+    "shrink_failure",
+    "triage",
+    "write_repro",
 ]

@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from .ops import _NS
-from .program import FuzzProgram, Stmt, _F64
+from .program import _F64, FuzzProgram, Stmt
 
 
 def _storage(t: torch.Tensor) -> int:
