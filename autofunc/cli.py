@@ -1,14 +1,18 @@
-"""The ``autofunc`` command line: ``bench``, ``bench-compile`` and ``explain``.
+"""The ``autofunc`` command line: ``bench``, ``bench-compile``, ``bench-kernels``,
+``bench-triton`` and ``explain``.
 
     autofunc bench [--quick|--full|--gpu] [--json PATH] [--plot PATH] [--cases a,b] [--device D]
                    [--mode default|reduce-overhead]
     autofunc bench-compile [--layers 8,32,64,128] [--repeat N] [--json PATH] [--device cpu|cuda]
+    autofunc bench-kernels [--quick] [--kernels a,b] [--max-gib G] [--json PATH] [--device D]
+    autofunc bench-triton [--layers 2,4,8,16,32] [--cases] [--json PATH] [--device cpu|cuda]
     autofunc explain MODULE:FUNCTION [--strategy v1|v2] [--backend inductor|aot_eager]
 
-The only module of autofunc that prints. Benchmark code lives in ``autofunc.bench``.
-Every user error (bad arguments, an unwritable output path, a target that cannot be imported or
-does not return ``(fn, args)``) is one line on stderr and exit status 2, found before any work
-starts: arguments are checked before the benchmark modules are even imported.
+The one parser of every user-facing benchmark: each benchmark module takes the parsed
+arguments (``main(args)``) and has no parser of its own. Benchmark code lives in
+``autofunc.bench``. Every user error (bad arguments, an unwritable output path, a target that
+cannot be imported or does not return ``(fn, args)``) is one line on stderr and exit status 2,
+found before any work starts: arguments are checked before the benchmark modules are imported.
 """
 
 from __future__ import annotations
@@ -40,11 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     try:
-        if args.command == "bench":
-            return _bench(args)
-        if args.command == "bench-compile":
-            return _bench_compile(args)
-        return _explain(args)
+        return _COMMANDS[args.command](args)
     except _UsageError as e:
         print(f"autofunc {args.command}: {e}", file=sys.stderr)
         return 2
@@ -93,18 +93,49 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     compile_ = sub.add_parser("bench-compile", help="re-inplace pass cost vs model depth")
-    compile_.add_argument("--layers", default="8,32,64,128")
-    compile_.add_argument("--json", default="")
-    compile_.add_argument("--timeout", type=float, default=600.0)
+    compile_.add_argument("--layers", default="8,32,64,128", help="comma-separated layer counts")
+    compile_.add_argument("--json", default="", help="write the records here")
+    compile_.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds per compile subprocess"
+    )
     compile_.add_argument(
         "--budget",
         type=float,
         default=None,
         help="start no new layer count after this many seconds",
     )
-    compile_.add_argument("--device", default="cpu")
+    compile_.add_argument(
+        "--device", default="cpu", help="cpu (C++ kernels) or cuda (Triton kernels)"
+    )
     compile_.add_argument(
         "--repeat", type=int, default=1, help="warm compiles per point, interleaved (medians)"
+    )
+
+    kernels = sub.add_parser(
+        "bench-kernels", help="each Triton kernel's bandwidth beside a device copy (GPU)"
+    )
+    kernels.add_argument("--json", default="", help="write the rows and the environment here")
+    kernels.add_argument("--kernels", default="", help="comma-separated kernels (default: all)")
+    kernels.add_argument("--quick", action="store_true", help="a few small shapes")
+    kernels.add_argument(
+        "--max-gib",
+        type=float,
+        default=24.0,
+        help="skip attention points whose K/V cache exceeds this many GiB (peak device memory: "
+        "about 2.5x the largest K/V kept)",
+    )
+    kernels.add_argument("--device", default="cuda")
+
+    triton = sub.add_parser(
+        "bench-triton", help="user Triton kernels writing kv[l]: bytes per step, PyTorch vs ours"
+    )
+    triton.add_argument("--layers", default="2,4,8,16,32", help="comma-separated layer counts")
+    triton.add_argument(
+        "--device", default="cpu", help="cpu (graph allocations) or cuda (measured)"
+    )
+    triton.add_argument("--json", default="", help="write the rows here")
+    triton.add_argument(
+        "--cases", action="store_true", help="also the small cases (bytes per program, CPU)"
     )
 
     explain = sub.add_parser("explain", help="compile FUNCTION's program and print the report")
@@ -242,11 +273,43 @@ def _bench_compile(args: argparse.Namespace) -> int:
     _check_device("--device", args.device)
     from .bench import compile_time
 
-    argv2 = ["--layers", args.layers, "--timeout", str(args.timeout), "--device", args.device]
-    argv2 += ["--repeat", str(args.repeat)]
-    argv2 += ["--json", args.json] if args.json else []
-    argv2 += ["--budget", str(args.budget)] if args.budget is not None else []
-    return compile_time.main(argv2)
+    return compile_time.main(args)
+
+
+def _bench_kernels(args: argparse.Namespace) -> int:
+    _check_triton()
+    if args.json:
+        _check_writable("--json", args.json)
+    if args.max_gib <= 0:
+        raise _UsageError(f"--max-gib must be > 0, got {args.max_gib}")
+    _check_device("--device", args.device)
+    from .bench.kernel_cases import GOALS
+
+    args.kernels = [k.strip() for k in args.kernels.split(",") if k.strip()] or list(GOALS)
+    unknown = [k for k in args.kernels if k not in GOALS]
+    if unknown:
+        raise _UsageError(f"--kernels: unknown {unknown}; known: {','.join(GOALS)}")
+    from .bench import kernels
+
+    return kernels.main(args)
+
+
+def _bench_triton(args: argparse.Namespace) -> int:
+    _check_triton()
+    _positive_ints("--layers", args.layers)
+    if args.json:
+        _check_writable("--json", args.json)
+    if args.device not in ("cpu", "cuda"):
+        raise _UsageError(f"--device must be cpu or cuda, got {args.device!r}")
+    _check_device("--device", args.device)
+    from .bench import triton_cache
+
+    return triton_cache.main(args)
+
+
+def _check_triton() -> None:
+    if importlib.util.find_spec("triton") is None:
+        raise _UsageError("needs triton, which is not installed (pip install 'autofunc[triton]')")
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -298,6 +361,15 @@ def _load_target(target: str) -> tuple[Any, tuple, tuple]:
             f"tuples, got {_describe(made)}"
         )
     return fn, tuple(fn_args), tuple(ops)
+
+
+_COMMANDS = {
+    "bench": _bench,
+    "bench-compile": _bench_compile,
+    "bench-kernels": _bench_kernels,
+    "bench-triton": _bench_triton,
+    "explain": _explain,
+}
 
 
 def _describe(value: Any) -> str:

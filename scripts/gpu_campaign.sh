@@ -80,15 +80,15 @@ step() {
 step correctness 240 "$PY" -m pytest -q -x -p no:cacheprovider \
   tests/kernels tests/passes/test_inductor_hazards.py tests/test_triton_kernels.py \
   --junit-xml "$OUT/correctness.xml"
-step kernels 240 "$PY" -m autofunc.bench.kernels --json "$OUT/kernels.json"
+step kernels 240 "$PY" -m autofunc bench-kernels --json "$OUT/kernels.json"
 step bench 360 "$PY" -m autofunc bench --gpu --json "$OUT/bench.json"
 step bench_cg 270 "$PY" -m autofunc bench --gpu --mode reduce-overhead \
   --json "$OUT/bench_cg.json"
-step compare 180 "$PY" -m autofunc.bench.compare --device cuda --json "$OUT/compare.json"
-step fuzz_seed0 120 "$PY" scripts/fuzz_sweep.py --seed 0 --start 0 --count 1 \
+step compare 180 "$PY" -m tools.compare --device cuda --json "$OUT/compare.json"
+step fuzz_seed0 120 "$PY" -m tools.fuzz_sweep --seed 0 --start 0 --count 1 \
   --paths inductor --strategies v1,v2 --out "$OUT/fuzz-failures" --json "$OUT/fuzz_seed0.json"
 # user Triton kernels writing kv[l] (issue 19): measured bytes per step, PyTorch vs autofunc
-step triton_cache 90 "$PY" -m autofunc.bench.triton_cache --device cuda --layers 2,4,8,16,32 \
+step triton_cache 90 "$PY" -m autofunc bench-triton --device cuda --layers 2,4,8,16,32 \
   --json "$OUT/triton_cache.json"
 
 echo "[campaign] budgets: ${TOTAL_BUDGET}s in all; summary in $SUMMARY"

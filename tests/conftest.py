@@ -8,7 +8,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import autofunc  # noqa: E402,F401
-from autofunc.bench import corpus  # noqa: E402
+from tools import corpus  # noqa: E402
 
 try:  # records triton.language before any test interprets a kernel (Note [Triton's
     # interpreter leaves triton.language patched] in autofunc/bench/user_triton.py)

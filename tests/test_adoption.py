@@ -3,6 +3,7 @@
 changed after a compile, and ``explain`` leaving the user's registrations and caches alone."""
 
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -336,13 +337,14 @@ def test_import_loads_neither_dynamo_nor_inductor():
         "import sys, torch, autofunc\n"
         "print(sorted(m for m in ('torch._dynamo', 'torch._inductor.config', 'autofunc.inductor')"
         " if m in sys.modules))\n"
-        "from autofunc.bench import corpus\n"
+        "from tools import corpus\n"
         "autofunc.register(corpus.add_)\n"
         "import torch._inductor.config as c\n"
         "print(type(c.post_grad_custom_post_pass).__name__, 'autofunc.inductor' in sys.modules)\n"
     )
+    root = Path(__file__).resolve().parents[1]  # where ``tools`` imports from
     out = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, cwd=root
     )
     assert out.returncode == 0, out.stderr[-2000:]
     first, second = out.stdout.strip().splitlines()[-2:]
@@ -354,8 +356,8 @@ def test_the_pass_goes_with_the_last_registration():
     # The user's own post-grad pass is what Inductor runs again once nothing is registered.
     import torch._inductor.config as inductor_config
 
-    from autofunc.bench import corpus
     from autofunc.inductor import ReinplacePass
+    from tools import corpus
 
     def users_pass(graph):
         pass

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from autofunc import Reason
-from autofunc.bench import corpus
 from autofunc.testing import compile_capture, same_result
+from tools import corpus
+
 
 def _whole_buffer(x, buf):
     h = x.sin()

@@ -146,7 +146,7 @@ def test_bench_compile_a_failed_repetition_fails_the_point():
 
 
 def test_compile_phases_are_disjoint_parts_of_dynamos_timers():
-    from autofunc.bench.compile_time import PHASES, phases_of
+    from autofunc.bench.compile_timers import PHASES, phases_of
 
     metrics = {
         "_compile.compile_inner": [10.0],
@@ -173,7 +173,7 @@ def test_compile_phases_are_disjoint_parts_of_dynamos_timers():
 
 
 def test_gc_share_charges_each_object_left_four_times_the_mean_full_collection_per_heap_object():
-    from autofunc.bench.compile_time import gc_share
+    from autofunc.bench.compile_timers import gc_share
 
     # Full collections of 0.4 s and 0.6 s over a heap of 1e6 objects: 4 * 0.5 s / 1e6 per object.
     assert gc_share(1_000_000, 10_000, [0.4, 0.6]) == pytest.approx(0.02)
@@ -205,7 +205,8 @@ def test_bench_compile_phase_table_and_medians_of_phases():
 @pytest.mark.parametrize("config", ["autofunc_v2", "builtin_v2"])
 def test_bench_compile_measures_a_real_compile(config):
     # One layer through Inductor in this process: every timer found its function on this torch.
-    from autofunc.bench.compile_time import PHASES, measure_compile
+    from autofunc.bench.compile_time import measure_compile
+    from autofunc.bench.compile_timers import PHASES
 
     r = measure_compile(config, 1, "cpu", "warm")
     assert r.error == "" and r.correct is True

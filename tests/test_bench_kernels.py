@@ -1,13 +1,16 @@
-"""autofunc.bench.kernels and kernel_cases on the CPU: byte accounting by hand, the case table built at tiny
-shapes with the launchers under the Triton interpreter (TRITON_INTERPRET=1, tests/conftest.py),
-the runner with a fixed timer instead of do_bench (timing needs a GPU), and the CLI."""
+"""autofunc.bench.kernels and kernel_cases on the CPU: byte accounting by hand, the case table
+built at tiny shapes with the launchers under the Triton interpreter (TRITON_INTERPRET=1,
+tests/conftest.py), the runner with a fixed timer instead of do_bench (timing needs a GPU), and
+``autofunc bench-kernels``."""
 
+import argparse
 import importlib.util
 import json
 
 import pytest
 import torch
 
+from autofunc import cli
 from autofunc.bench import kernel_cases as kc
 from autofunc.bench import kernels as kb
 
@@ -128,8 +131,8 @@ def test_main_writes_json(tmp_path, monkeypatch, capsys):
         fn()
         return next(times)
 
-    argv = ["--quick", "--device", "cpu", "--json", str(path)]
-    assert kb.main(argv, timer=timer, geometry=TINY) == 0
+    args = argparse.Namespace(quick=True, device="cpu", json=str(path), kernels=[], max_gib=24.0)
+    assert kb.main(args, timer=timer, geometry=TINY) == 0
     doc = json.loads(path.read_text())
     assert doc["env"]["torch"] == torch.__version__ and doc["sweep"]["name"] == "quick"
     assert doc["geometry"]["dtype"] == "torch.bfloat16" and doc["goals"] == kc.GOALS
@@ -145,24 +148,34 @@ def test_main_writes_json(tmp_path, monkeypatch, capsys):
 # -- CLI --------------------------------------------------------------------------------------
 
 
-def test_cli_defaults_and_flags():
-    args = kb.parse_args([])
-    assert (args.device, args.max_gib, args.quick, args.json) == ("cuda", 24.0, False, None)
+@pytest.fixture
+def handed_over(monkeypatch):
+    """The arguments ``autofunc bench-kernels`` hands to ``kernels.main`` (which does no work)."""
+    seen = []
+    monkeypatch.setattr(kb, "main", lambda args: seen.append(args) or 0)
+    return seen
+
+
+def test_cli_defaults_and_flags(handed_over):
+    assert cli.main(["bench-kernels", "--device", "cpu"]) == 0
+    args = handed_over[-1]
+    assert (args.max_gib, args.quick, args.json) == (24.0, False, "")
     assert args.kernels == list(kc.GOALS)
-    args = kb.parse_args(["--kernels", "rotary_embedding,paged_attention", "--max-gib", "8"])
+    argv = ["--kernels", "rotary_embedding,paged_attention", "--max-gib", "8", "--device", "cpu"]
+    assert cli.main(["bench-kernels", *argv]) == 0
+    args = handed_over[-1]
     assert (args.kernels, args.max_gib) == (["rotary_embedding", "paged_attention"], 8.0)
 
 
-def test_cli_rejects_unknown_kernels(capsys):
-    with pytest.raises(SystemExit) as e:
-        kb.parse_args(["--kernels", "rotary"])
-    assert e.value.code == 2 and "known: reshape_and_cache," in capsys.readouterr().err
+def test_cli_rejects_unknown_kernels(handed_over, capsys):
+    assert cli.main(["bench-kernels", "--kernels", "rotary", "--device", "cpu"]) == 2
+    assert "known: reshape_and_cache," in capsys.readouterr().err and not handed_over
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
-def test_cli_without_cuda_says_so(capsys):
-    assert kb.main(["--quick"]) == 2
-    assert "CUDA is not available" in capsys.readouterr().err
+def test_cli_without_cuda_says_so(handed_over, capsys):
+    assert cli.main(["bench-kernels", "--quick"]) == 2  # --device cuda by default
+    assert "torch.cuda.is_available() is False" in capsys.readouterr().err and not handed_over
 
 
 @pytest.mark.parametrize("gqa", [True, False], ids=["enable_gqa", "repeat_interleave"])

@@ -40,6 +40,8 @@ def no_work(monkeypatch):
 
     monkeypatch.setattr(run, "run_sweep", forbidden)
     monkeypatch.setattr(compile_time, "run", forbidden)
+    monkeypatch.setattr("autofunc.bench.kernels.main", forbidden)
+    monkeypatch.setattr("autofunc.bench.triton_cache.main", forbidden)
     monkeypatch.setattr(autofunc, "explain", forbidden)
 
 
@@ -86,6 +88,11 @@ BENCH_ERRORS = {
     "layers zero": (["bench-compile", "--layers", "0,8"], "positive integers"),
     "compile json": (["bench-compile", "--json", "/nonexistent/a.json"], "does not exist"),
     "compile repeat zero": (["bench-compile", "--repeat", "0"], "--repeat must be >= 1"),
+    "kernels max-gib": (["bench-kernels", "--max-gib", "0"], "--max-gib must be > 0"),
+    "kernels device": (["bench-kernels", "--device", "tpu"], "--device must be cpu or cuda"),
+    "triton layers": (["bench-triton", "--layers", "2,x"], "--layers must be"),
+    "triton json": (["bench-triton", "--json", "/nonexistent/a.json"], "does not exist"),
+    "triton device": (["bench-triton", "--device", "cuda:0"], "--device must be cpu or cuda"),
     "no command": ([], "required: command"),
 }
 
@@ -93,6 +100,17 @@ BENCH_ERRORS = {
 @pytest.mark.parametrize("argv, message", BENCH_ERRORS.values(), ids=BENCH_ERRORS)
 def test_bench_user_errors(argv, message, capsys, no_work):
     _assert_usage_error(capsys, argv, message)
+
+
+def test_bench_compile_arguments_are_parsed_once(monkeypatch):
+    # The CLI hands its own parse to the benchmark: no second parser, no re-serialised argv.
+    seen = []
+    monkeypatch.setattr(compile_time, "main", lambda args: seen.append(args) or 0)
+    argv = ["--layers", "8,16", "--repeat", "2", "--budget", "5", "--timeout", "30"]
+    assert main(["bench-compile", *argv]) == 0
+    (args,) = seen
+    assert (args.layers, args.repeat, args.budget, args.timeout) == ("8,16", 2, 5.0, 30.0)
+    assert (args.device, args.json) == ("cpu", "")
 
 
 def test_bench_json_is_a_directory(tmp_path, capsys, no_work):

@@ -9,8 +9,8 @@ import torch.distributed._functional_collectives as funcol
 
 import autofunc
 from autofunc import Reason
-from autofunc.bench import corpus
 from autofunc.testing import compile_capture, run_against_eager
+from tools import corpus
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is missing")
 

@@ -5,8 +5,8 @@ program's necessary bytes)."""
 
 import pytest
 
-from autofunc.bench import corpus
-from autofunc.bench.compare import Row, bytes_gate, run_program
+from tools import corpus
+from tools.compare import Row, bytes_gate, run_program
 
 # program: clones autofunc v2 leaves under Inductor (0, or a clone eager has too)
 PROGRAMS = {

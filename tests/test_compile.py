@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autofunc.bench import corpus
 from autofunc.testing import compile_capture, run_against_eager
+from tools import corpus
 
 PROGRAMS = sorted(corpus.PROGRAMS)
 INDUCTOR_PROGRAMS = [

@@ -14,9 +14,9 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, resolve_
 
 import autofunc
 from autofunc import symbolic
-from autofunc.bench import corpus
 from autofunc.bench.model import MUTABLE_OPS, ModelConfig, TinyDecoder, make_inputs
 from autofunc.testing import compile_capture, run_against_eager, same_result
+from tools import corpus
 
 _NS = "autofunc_dyn"
 

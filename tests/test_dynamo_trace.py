@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_export import _Program  # the Module wrapper export takes
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -14,9 +15,8 @@ from torch.utils.checkpoint import (
 )
 
 import autofunc
-from test_export import _Program  # the Module wrapper export takes
-from autofunc.bench import corpus
 from autofunc.testing import compile_capture, same_result
+from tools import corpus
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 

@@ -13,8 +13,8 @@ from torch.export.graph_signature import OutputKind
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import autofunc
-from autofunc.bench import corpus
 from autofunc.testing import same_result
+from tools import corpus
 
 EXPORT_PROGRAMS = [
     "note_select",
@@ -166,7 +166,7 @@ def test_reinplace_clones_a_non_contiguous_buffer_outside_compile():
 # registers the ops nor traces the programs.
 _LOAD_AND_RUN = """
 import sys, torch, autofunc
-from autofunc.bench import corpus  # defines the autofunc_corpus ops
+from tools import corpus  # defines the autofunc_corpus ops
 for path in sys.argv[1:]:
     case = torch.load(path + ".inputs")
     module = torch.export.load(path).module()

@@ -7,8 +7,8 @@ import expecttest
 import torch
 
 import autofunc
-from autofunc.bench import corpus
 from autofunc.testing import compile_capture, count_targets, same_result
+from tools import corpus
 
 _NOTE_PROGRAMS = ("note_base", "note_select", "note_column")
 

@@ -1,6 +1,6 @@
 """Differential fuzzing in CI: a fixed-seed batch of random programs, eager vs. compiled.
 
-Long sweeps: ``python scripts/fuzz_sweep.py --seed 0 --count 500 --out fuzz-failures/``.
+Long sweeps: ``python -m tools.fuzz_sweep --seed 0 --count 500 --out fuzz-failures/``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import runpy
 import pytest
 import torch
 
-import fuzzing as fuzz
+from tools import fuzzing as fuzz
 
 SEED = 0
 CAPTURE_PROGRAMS = 60  # ~0.1 s each
@@ -116,7 +116,7 @@ def test_shrinker_reduces_an_artificial_failure():
 
 
 def test_repro_file_runs(tmp_path):
-    """A reproducer is a self-contained script; for a program that compiles fine it passes."""
+    """A reproducer is a script of its own; for a program that compiles fine it passes."""
     program = fuzz.program_for(SEED, 1)
     assert fuzz.check(program, "v2", "capture") is None
     fake = fuzz.Failure(program, "v2", "capture", "mismatch", "(not a real failure)")

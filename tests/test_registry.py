@@ -15,13 +15,13 @@ from torch._higher_order_ops.auto_functionalize import (
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch._inductor.utils import run_and_get_code
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.torch_version import TorchVersion
 
 import autofunc
 from autofunc import inductor as af_inductor
-from autofunc.bench import corpus
 from autofunc.registry import registered_strategy
 from autofunc.testing import compile_capture, run_against_eager, same_result
-from torch.torch_version import TorchVersion
+from tools import corpus
 
 OLD_TORCH = TorchVersion(torch.__version__) < "2.12"  # as tests/conftest.py's
 

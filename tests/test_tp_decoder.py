@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from autofunc.bench import corpus
+from tools import corpus
 
 _EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tp_decoder.py"
 

@@ -18,7 +18,7 @@ triton = pytest.importorskip("triton")
 from torch.library import wrap_triton
 
 import autofunc
-from autofunc import Reason
+from autofunc import Reason, cli
 from autofunc.bench import triton_cache
 from autofunc.bench import user_triton as ut
 from autofunc.hops import triton as triton_adapter
@@ -345,12 +345,12 @@ def test_bench_case_bytes_per_step(tmp_path):
     assert row["builtin_bytes"] == row["cache_bytes"] * 5 // 2
     assert row["autofunc_bytes"] == 0
     out = tmp_path / "t.json"
-    assert triton_cache.main(["--layers", "1", "--json", str(out)]) == 0
+    assert cli.main(["bench-triton", "--layers", "1", "--json", str(out)]) == 0
     assert '"autofunc_bytes": 0' in out.read_text()
 
 
 def test_explain_shows_kernels_beside_custom_op_calls():
-    from autofunc.bench import corpus
+    from tools import corpus
 
     ut.preload(add_into)
 

@@ -1,5 +1,5 @@
 """The one table of configurations every benchmark compares: eager, PyTorch's built-in v1/v2,
-autofunc v1/v2. ``bench.sweep`` (its lines), ``bench.run`` and ``bench.compare`` read it."""
+autofunc v1/v2. ``bench.sweep`` (its lines), ``bench.run`` and ``tools.compare`` read it."""
 
 from __future__ import annotations
 

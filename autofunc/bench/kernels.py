@@ -1,13 +1,13 @@
 """Kernel bandwidth on a GPU: each Triton kernel beside a device copy of the same bytes.
 
-    python -m autofunc.bench.kernels [--quick] [--kernels a,b] [--max-gib G] [--device D]
-                                     [--json PATH]
+    autofunc bench-kernels [--quick] [--kernels a,b] [--max-gib G] [--device D] [--json PATH]
 
-Owns measuring, the table and the CLI; what is measured (shapes, bytes, inputs) is
-``autofunc.bench.kernel_cases``. Per point, in order: (1) build the inputs, (2) check the kernel
-once against its reference, (3) time the kernel, (4) time ``dst.copy_(src)`` of ``bytes // 2``
-on each side, so that its reads plus writes equal the kernel's bytes (the measured ceiling),
-(5) for attention, time SDPA on K/V gathered once beforehand (the gather is not timed).
+Owns measuring and the table (``autofunc.cli`` parses the arguments); what is measured
+(shapes, bytes, inputs) is ``autofunc.bench.kernel_cases``. Per point, in order: (1) build the
+inputs, (2) check the kernel once against its reference, (3) time the kernel, (4) time
+``dst.copy_(src)`` of ``bytes // 2`` on each side, so that its reads plus writes equal the
+kernel's bytes (the measured ceiling), (5) for attention, time SDPA on K/V gathered once
+beforehand (the gather is not timed).
 Times are ``triton.testing.do_bench`` medians (warmup 25 ms, rep 100 ms, L2 flushed between
 calls); the timer is an argument so that the runner can be tested without a GPU.
 
@@ -31,7 +31,7 @@ import torch
 from ..passes.report import format_bytes
 from .kernel_cases import GOALS, SERVING, SWEEPS, Case, Geometry, kv_cache_bytes, plan
 
-__all__ = ["Row", "bandwidth", "do_bench_ms", "format_rows", "main", "measure", "parse_args", "run"]
+__all__ = ["Row", "bandwidth", "do_bench_ms", "format_rows", "main", "measure", "run"]
 
 Timer = Callable[[Callable[[], Any]], float]  # fn -> milliseconds per call
 
@@ -157,41 +157,13 @@ def format_rows(rows: list[Row]) -> list[str]:
     return out
 
 
-def _kernel_list(text: str) -> list[str]:
-    names = [k.strip() for k in text.split(",") if k.strip()]
-    unknown = [k for k in names if k not in GOALS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown kernels {unknown}; known: {','.join(GOALS)}")
-    return names
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m autofunc.bench.kernels", description=__doc__.splitlines()[0]
-    )
-    ap.add_argument("--json", metavar="PATH", help="write the rows and the environment here")
-    ap.add_argument("--kernels", type=_kernel_list, default=list(GOALS), help=",".join(GOALS))
-    ap.add_argument("--quick", action="store_true", help="a few small shapes")
-    ap.add_argument(
-        "--max-gib",
-        type=float,
-        default=24.0,
-        help="skip attention points whose K/V cache "
-        "exceeds this many GiB (peak device memory: about 2.5x the largest K/V kept)",
-    )
-    ap.add_argument("--device", default="cuda")
-    return ap.parse_args(argv)
-
-
-def main(
-    argv: list[str] | None = None, timer: Timer = do_bench_ms, geometry: Geometry = SERVING
-) -> int:
-    args = parse_args(argv)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"--device {args.device}: CUDA is not available", file=sys.stderr)
-        return 2
+def main(args: argparse.Namespace, timer: Timer = do_bench_ms, geometry: Geometry = SERVING) -> int:
+    """``autofunc bench-kernels``, its arguments parsed and checked by :mod:`autofunc.cli`:
+    ``kernels`` (names of ``GOALS``, or empty for all), ``quick``, ``max_gib``, ``device``,
+    ``json``. Returns the exit status (module docstring)."""
+    kernels = args.kernels or list(GOALS)
     sweep = "quick" if args.quick else "full"
-    cases, skipped = plan(SWEEPS[sweep], args.kernels, args.max_gib, geometry)
+    cases, skipped = plan(SWEEPS[sweep], kernels, args.max_gib, geometry)
     for c in skipped:
         gib = kv_cache_bytes(geometry, **c.shape) / 2**30
         print(f"skipped {c.kernel} {c.shape}: {gib:.0f} GiB of K/V > --max-gib", file=sys.stderr)
@@ -209,7 +181,7 @@ def main(
         write_json(
             args.json,
             rows,
-            sweep={"name": sweep, **SWEEPS[sweep], "kernels": args.kernels},
+            sweep={"name": sweep, **SWEEPS[sweep], "kernels": kernels},
             geometry={**vars(geometry), "dtype": str(geometry.dtype)},
             device=args.device,
             max_gib=args.max_gib,
@@ -220,4 +192,4 @@ def main(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit("use `autofunc bench-kernels` (or python -m autofunc bench-kernels)")

@@ -7,7 +7,7 @@ state (no compiled graphs, no registrations, an allocator and resident set of it
 paying for the imports again.
 A point that crashes or hangs its child is recorded as such and the sweep goes on; where
 ``os.fork`` is missing the worker measures in-process and a crash restarts it (as in
-``compare.py``). The worker never initialises CUDA itself: its children do, after the fork.
+``tools/compare.py``). The worker never initialises CUDA itself: its children do, after the fork.
 
 Per point, in the child:
 

@@ -14,7 +14,7 @@ Bytes per step, for PyTorch's handling ("builtin") and autofunc's:
   GPU; ``user_triton.post_grad_graph`` under a stub sm90 target);
 * on CUDA, the peak a compiled step allocates above its inputs, measured.
 
-``python -m autofunc.bench.triton_cache [--layers 2,4,8,16,32] [--device cpu|cuda] [--json P]``
+``autofunc bench-triton [--layers 2,4,8,16,32] [--device cpu|cuda] [--cases] [--json P]``
 prints a table and writes JSON.
 """
 
@@ -255,34 +255,22 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(format_columns(header, body))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m autofunc.bench.triton_cache",
-        description="bytes per decode step of a user Triton kernel writing kv[l] of an L-layer "
-        "cache: PyTorch's handling vs autofunc.reinplace_triton_kernels()",
-    )
-    ap.add_argument("--layers", default="2,4,8,16,32", help="comma-separated layer counts")
-    ap.add_argument("--device", default="cpu", help="cpu (graph allocations) or cuda (measured)")
-    ap.add_argument("--json", type=Path, help="write the rows here")
-    ap.add_argument(
-        "--cases", action="store_true", help="also the small cases (bytes per program, CPU)"
-    )
-    ns = ap.parse_args(argv)
-    if ns.json is not None:
-        ns.json.parent.mkdir(parents=True, exist_ok=True)
-        ns.json.write_text("[]")  # fail on an unwritable path before the work
+def main(args: argparse.Namespace) -> int:
+    """``autofunc bench-triton``, its arguments parsed and checked by :mod:`autofunc.cli`:
+    ``layers`` (``"2,4"``), ``device``, ``json`` (``""``: none), ``cases``."""
+    out = Path(args.json) if args.json else None
     rows: list = []
-    result: dict[str, Any] = {"device": ns.device, "rows": rows}
-    for layers in (int(x) for x in ns.layers.split(",")):
-        rows.append(measure(layers, ns.device))
-        if ns.json is not None:
-            ns.json.write_text(json.dumps(result, indent=1))
-    if ns.cases:
+    result: dict[str, Any] = {"device": args.device, "rows": rows}
+    for layers in (int(x) for x in args.layers.split(",")):
+        rows.append(measure(layers, args.device))
+        if out is not None:
+            out.write_text(json.dumps(result, indent=1))
+    if args.cases:
         result["cases"] = compare_cases()
         print(format_cases(result["cases"]))
         print()
-        if ns.json is not None:
-            ns.json.write_text(json.dumps(result, indent=1))
+        if out is not None:
+            out.write_text(json.dumps(result, indent=1))
     print(format_table(rows))
     worst = max(r["autofunc_bytes"] for r in rows)
     print(
@@ -294,4 +282,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit("use `autofunc bench-triton` (or python -m autofunc bench-triton)")

@@ -7,8 +7,8 @@ come, so when the worker dies (a segfault in compiled code, a double free in the
 the item in flight is known and the others are kept; a worker that runs past ``timeout_s`` is
 killed. Anything else a worker prints to stdout is ignored; its stderr is kept for errors.
 
-Used by ``bench.compare`` (programs per configuration), ``bench.run`` (sweep points, each
-forked from the worker) and ``bench.compile_time`` (one compile per worker).
+Used by ``bench.run`` (sweep points, each forked from the worker), ``bench.compile_time`` (one
+compile per worker) and the developer tool ``tools.compare`` (programs per configuration).
 """
 
 from __future__ import annotations

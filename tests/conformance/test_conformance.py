@@ -1,13 +1,14 @@
-"""The conformance suite (issue 7): upstream mutable-custom-op programs (conf_programs.py), each
+"""The conformance suite (issue 7): upstream mutable-custom-op programs (tools/conformance), each
 under autofunc v1 and v2 on aot_eager, Inductor, torch.export and torch.compile of an exported
 module, against eager: outputs and final inputs over two calls on fresh inputs, and no built-in
-``auto_functionalized*`` node in any captured graph (conf_harness.py).
+``auto_functionalized*`` node in any captured graph (tools.conformance.harness).
 
 CI runs the aot_eager cells of every program, the export cells of every program but the
 dynamic-shape and inference-mode variants (``_slow``: each re-exports per call; their aot_eager
 cells cover the same capture), and the Inductor and export_compile cells of ``INDUCTOR_CI``;
-the other cells are ``slow`` (AUTOFUNC_FULL_CONFORMANCE=1 runs them). ``scripts/conformance.py``
-runs the whole matrix, PyTorch's built-in included, and writes results/conformance.json.
+the other cells are ``slow`` (AUTOFUNC_FULL_CONFORMANCE=1 runs them). ``python -m
+tools.conformance`` runs the whole matrix, PyTorch's built-in included, and writes
+results/conformance.json.
 
 Cells that fail today are strict xfails naming the issue-7 item that covers them: when a fix
 lands, its cells XPASS and the entry must go."""
@@ -16,8 +17,9 @@ from __future__ import annotations
 
 import pytest
 
-from conf_harness import BACKENDS, run_cell
-from conf_programs import PROGRAMS
+from tools.conformance import harness
+from tools.conformance.harness import BACKENDS, run_cell
+from tools.conformance.programs import PROGRAMS
 
 # torch.export's own pytree code warns about LeafSpec; checkpoint warns about context_fn.
 pytestmark = pytest.mark.filterwarnings(
@@ -102,15 +104,13 @@ def test_xfail_table_names_real_cells():
 
 def test_harness_catches_a_missed_input_mutation():
     # A "compiled" function that computes the output but drops the op's write to the input.
-    import conf_harness
-
     program = PROGRAMS["ip_multiple_mutations"]
 
     def forgets_the_write(x, out):
         return (x.sin().sin().sin(),)[0]
 
     with pytest.raises(AssertionError, match="final inputs differ"):
-        conf_harness._check_calls(program, forgets_the_write, conf_harness.contextlib.nullcontext)
+        harness._check_calls(program, forgets_the_write, harness.contextlib.nullcontext)
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "export"])

@@ -11,10 +11,10 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import autofunc
-from autofunc.bench import corpus  # noqa: F401  (defines the autofunc_corpus ops)
 from autofunc.hops.v2 import ArgView, decode_views, encode_views
 from autofunc.testing import count_targets
 from autofunc.views import AsStrided, Select, Slice, ViewChain
+from tools import corpus  # noqa: F401  (defines the autofunc_corpus ops)
 
 v1 = autofunc.auto_functionalized_v1
 v2 = autofunc.auto_functionalized_v2

@@ -11,10 +11,10 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import autofunc
 from autofunc import views
-from autofunc.bench import corpus
 from autofunc.hops import adapter
 from autofunc.schema import op_info
 from autofunc.testing import same_result
+from tools import corpus
 
 
 def functional_add_list(xs, y):

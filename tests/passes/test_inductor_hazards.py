@@ -8,9 +8,9 @@ import torch._functorch.config as functorch_config
 import torch._inductor.config as inductor_config
 
 import autofunc
-import fuzzing as fuzz  # tests/fuzzing: the autofunc_fuzz ops
-from autofunc.bench import corpus
 from autofunc.testing import run_against_eager
+from tools import corpus
+from tools import fuzzing as fuzz  # the autofunc_fuzz ops
 
 
 @torch.library.custom_op("autofunc_hazards::add_one", mutates_args={"x"})

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from autofunc import Reason
-from autofunc.bench import corpus
 from autofunc.passes.reinplace import reinplace
 from autofunc.testing import compile_capture, run_against_eager
+from tools import corpus
 
 IN_PLACE = {
     # the copy-back is of kv[1, 0] * 2 scattered into the last call's value, not that value

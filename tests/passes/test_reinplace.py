@@ -9,8 +9,8 @@ import torch
 import autofunc
 from autofunc import Reason
 from autofunc.hops.adapter import mutation_targets
-from autofunc.bench import corpus
 from autofunc.testing import compile_capture, count_targets, run_against_eager
+from tools import corpus
 
 aten = torch.ops.aten
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from autofunc.bench import corpus
 from autofunc.passes.share_views import share_input_views
 from autofunc.testing import same_result
+from tools import corpus
 
 aten = torch.ops.aten
 

@@ -4,13 +4,11 @@ strategies and paths."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
-import torch
-
+from collections.abc import Callable, Sequence
 
 from .check import Failure, check
+from .program import _F64, _NAME, EagerError, FuzzProgram
 from .state import _dims
-from .program import EagerError, FuzzProgram, _F64, _NAME
 
 
 def _without(program: FuzzProgram, drop: set[int]) -> FuzzProgram:

@@ -8,13 +8,13 @@ import itertools
 import logging
 import re
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
-
 from .ops import OPS, PATHS, STRATEGIES
-from .program import EagerError, FuzzProgram
-
+from .program import FuzzProgram
 
 # Exceptions that are documented PyTorch limitations, not autofunc bugs: reported as
 # ``kind="limitation"`` (counted by the sweep, never shrunk, not a test failure).

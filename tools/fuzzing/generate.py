@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from .program import FuzzProgram, _F64
+from .program import _F64, FuzzProgram
 from .state import Features, _elems, _shape, _storage
 from .view_stmts import _Views
 

@@ -1,7 +1,6 @@
-#!/usr/bin/env python
-"""A fuzzing campaign: ``fuzz_sweep.py`` over a range of programs, in chunks, one subprocess each.
+"""A fuzzing campaign: ``tools.fuzz_sweep`` over a range of programs, in chunks, one process each.
 
-    python scripts/fuzz_campaign.py --seed 20261123 --count 1000 --paths capture \\
+    python -m tools.fuzz_campaign --seed 20261123 --count 1000 --paths capture \\
         --strategies v1,v2 --chunk 100 --json results/fuzz-capture.json
 
 A chunk runs in its own process, so a crash (a segfault or a double free in compiled code) loses
@@ -20,12 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-_SWEEP = Path(__file__).with_name("fuzz_sweep.py")
-
 
 def _run(args: argparse.Namespace, start: int, count: int, out: Path) -> tuple[int, dict | None]:
     cmd = [
-        sys.executable, str(_SWEEP), "--seed", str(args.seed), "--start", str(start),
+        sys.executable, "-m", "tools.fuzz_sweep", "--seed", str(args.seed), "--start", str(start),
         "--count", str(count), "--paths", args.paths, "--strategies", args.strategies,
         "--out", args.out, "--json", str(out),
     ] + (["--no-shrink"] if args.no_shrink else []) + (
@@ -37,7 +34,7 @@ def _run(args: argparse.Namespace, start: int, count: int, out: Path) -> tuple[i
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m tools.fuzz_campaign", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--start", type=int, default=0)
@@ -48,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="fuzz-failures")
     ap.add_argument("--json", required=True)
     ap.add_argument("--no-shrink", action="store_true")
-    ap.add_argument("--features", default="", help="passed to fuzz_sweep.py --features")
+    ap.add_argument("--features", default="", help="passed to tools.fuzz_sweep --features")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
 

@@ -1,14 +1,14 @@
-"""Run every conformance cell (tests/conformance) and write results/conformance.json plus a
-markdown table.
+"""Run every conformance cell and write results/conformance.json plus a markdown table
+(``tests/conformance`` runs the CI subset of the same cells).
 
 A cell is (program, strategy, backend); strategies are autofunc v1/v2 and PyTorch's built-in
 v1/v2 (ops not registered, ``enable_auto_functionalized_v2`` False/True). Cells run in this one
 process, cheap backends first; results are written after every cell, and ``--resume`` skips
 the cells already in the JSON file (e.g. after a crash).
 
-    python scripts/conformance.py [--backends aot_eager,export,inductor] [--programs a,b]
-                                  [--json results/conformance.json] [--md results/conformance.md]
-                                  [--resume]
+    python -m tools.conformance [--backends aot_eager,export,inductor] [--programs a,b]
+                                [--json results/conformance.json] [--md results/conformance.md]
+                                [--resume]
 """
 
 from __future__ import annotations
@@ -17,19 +17,18 @@ import argparse
 import json
 import os
 import signal
-import sys
 import time
 import traceback
 from pathlib import Path
 
+# Triton kernels run under the interpreter on CPU: set before torch (and so Triton) is imported.
 os.environ.setdefault("TRITON_INTERPRET", "1")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "conformance"))
+ROOT = Path(__file__).resolve().parents[2]
 
 import torch  # noqa: E402
 
-import conf_harness as H  # noqa: E402
-from conf_programs import PROGRAMS  # noqa: E402
+from . import harness as H  # noqa: E402
+from .programs import PROGRAMS  # noqa: E402
 
 CELL_TIMEOUT_S = 600
 
@@ -122,7 +121,9 @@ def wins(rows: list[dict]) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(
+        prog="python -m tools.conformance", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--backends", default="aot_eager,export,inductor")
     ap.add_argument("--strategies", default=",".join(H.STRATEGIES))
     ap.add_argument("--programs", default="")

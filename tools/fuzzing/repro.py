@@ -1,4 +1,4 @@
-"""Self-contained reproducer scripts for failures."""
+"""Reproducer scripts for failures: one file per failure, run against this checkout."""
 
 from __future__ import annotations
 
@@ -7,29 +7,25 @@ from pathlib import Path
 
 from .check import Failure
 
-_TESTS_DIR = str(Path(__file__).resolve().parent.parent)  # where the ``fuzzing`` package lives
+_ROOT = str(Path(__file__).resolve().parents[2])  # the repository root, above ``tools``
 
 
 _REPRO = '''\
-"""Minimal reproducer found by the fuzzer in tests/fuzzing ({origin}).
+"""Minimal reproducer found by the fuzzer in tools/fuzzing ({origin}).
 
 strategy={strategy!r} path={path!r}: {kind}: {message}
 {detail}
 {triage}
-Run: python {filename}   or   pytest {filename}
+Run: PYTHONPATH={root} python {filename}   (or pytest {filename}, same PYTHONPATH)
 """
-
-import sys
 
 import torch
 import torch._functorch.config
 import torch._inductor.config
 
 import autofunc
-
-sys.path.insert(0, {tests_dir!r})
-import fuzzing as fuzz  # tests/fuzzing: defines the autofunc_fuzz ops (see their docstrings)
 from autofunc.testing import compile_capture, same_result
+from tools import fuzzing as fuzz  # defines the autofunc_fuzz ops (see their docstrings)
 
 ops = torch.ops.autofunc_fuzz
 STRATEGY = {strategy!r}  # "builtin": the ops are left to PyTorch's auto_functionalized
@@ -102,7 +98,7 @@ def repro_source(failure: Failure, triage_result: dict[str, str] | None = None) 
         filename=name,
         program=failure.program.full_source(),
         graphs=graphs,
-        tests_dir=_TESTS_DIR,
+        root=_ROOT,
     )
 
 

@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch._inductor.config as inductor_config
-import torch.fx as fx
+from torch import fx
 
 import autofunc
 from autofunc.testing import compile_capture, same_result
 
-__all__ = ["Program", "STRATEGIES", "BACKENDS", "run_cell", "builtin_hops"]
+__all__ = ["BACKENDS", "STRATEGIES", "Program", "builtin_hops", "run_cell"]
 
 STRATEGIES = ("autofunc_v1", "autofunc_v2", "builtin_v1", "builtin_v2")
 BACKENDS = ("aot_eager", "inductor", "export", "export_compile")

@@ -7,7 +7,7 @@ fails at once). Rows: autofunc v1, autofunc v2, and PyTorch's built-in (an op of
 never registered with autofunc). A frame's guards should cost the same however many op calls it
 holds (Note [One registrations guard per frame] in autofunc/guards.py).
 
-    python scripts/guard_overhead.py [--calls 8,128,512] [--checks 2000] [--json PATH]
+    python -m tools.guard_overhead [--calls 8,128,512] [--checks 2000] [--json PATH]
 
 For measurement only; the table goes to stdout, the figures to ``--json``.
 """
@@ -77,7 +77,9 @@ def measure(config: str, calls: int, checks: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m tools.guard_overhead", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--calls", default="8,128,512")
     ap.add_argument("--checks", type=int, default=2000)
     ap.add_argument("--json", metavar="PATH")

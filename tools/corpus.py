@@ -10,11 +10,11 @@ issues about custom ops and re-inplacing, and vLLM-style layers.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-__all__ = ["Program", "PROGRAMS", "OPS", "register_all", "program"]
+__all__ = ["OPS", "PROGRAMS", "Program", "program", "register_all"]
 
 _NS = "autofunc_corpus"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from autofunc.symbolic import span_extent
 
-from .state import _State, _elems, _geom_elems, _shape
+from .state import _elems, _geom_elems, _shape, _State
 
 
 class _Views(_State):

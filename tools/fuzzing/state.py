@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from .ops import _NS
-from .program import FuzzProgram, Stmt, _F64
+from .program import _F64, FuzzProgram, Stmt
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -42,7 +43,7 @@ def _shape(shape: Sequence[int]) -> str:
 class Features:
     """Switches for program features. Those that only hit known PyTorch bugs (PyTorch's own
     handling fails on them too, or native in-place ops do) are off by default, so that a
-    failure points at autofunc; ``scripts/fuzz_sweep.py --features`` turns them on or off."""
+    failure points at autofunc; ``python -m tools.fuzz_sweep --features`` turns them on or off."""
 
     # ``b`` a view of ``a``: AOTAutograd's synthetic bases mis-replay views of a mutated input
     # ("incorrect out shape after application of ViewMeta sequence", wrong values), whatever

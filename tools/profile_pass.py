@@ -11,8 +11,8 @@ it go on). Options:
 * ``--gc-events``: let the whole compile run with the GC on and print when each full (oldest
   generation) collection fired, how long it took and in which phase, beside the pass's window.
 
-    python scripts/profile_pass.py --layers 128 --repeat 3 [--profile /tmp/pass.prof]
-    python scripts/profile_pass.py --layers 128 --gc-events
+    python -m tools.profile_pass --layers 128 --repeat 3 [--profile /tmp/pass.prof]
+    python -m tools.profile_pass --layers 128 --gc-events
 
 For measurement only; ``autofunc bench-compile`` gives the figures that go in results/.
 """
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch._functorch.config as functorch_config
 import torch._inductor.config as inductor_config
-import torch.fx as fx
+from torch import fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 import autofunc
@@ -125,7 +125,9 @@ class _GcEvents:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(
+        prog="python -m tools.profile_pass", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--layers", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", default="")

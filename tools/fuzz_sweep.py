@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Differential fuzzing sweep: random programs with mutable custom ops, eager vs. compiled.
 
-    python scripts/fuzz_sweep.py --seed 0 --count 500 --paths capture,inductor \\
+    python -m tools.fuzz_sweep --seed 0 --count 500 --paths capture,inductor \\
         --strategies v1,v2 --out fuzz-failures/ --max-per-path inductor=20
 
 Every failure is shrunk to a minimal program (up to --shrink-limit per kind of failure),
@@ -17,11 +16,8 @@ import collections
 import dataclasses
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/fuzzing
-
-import fuzzing as fuzz  # noqa: E402
+from . import fuzzing as fuzz
 
 
 def _parse_limits(text: str) -> dict[str, int]:
@@ -34,7 +30,9 @@ def _parse_limits(text: str) -> dict[str, int]:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m tools.fuzz_sweep",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--count", type=int, default=500, help="programs to generate")

@@ -9,7 +9,7 @@
   fused kernels as small mutable custom ops with CPU implementations).
 
 Upstream tests mostly pin graph snapshots; here every program is instead checked against eager
-(outputs and final inputs, two calls) by ``conf_harness``. Where an upstream op does nothing
+(outputs and final inputs, two calls) by ``harness``. Where an upstream op does nothing
 observable (an empty body, ``a + b`` discarded) ours writes something, so that a wrong
 functionalization shows up as a wrong value. ``source`` names the upstream test.
 """
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from conf_harness import Program
+from .harness import Program
 
 __all__ = ["PROGRAMS"]
 

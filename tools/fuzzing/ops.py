@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-
 _NS = "autofunc_fuzz"
 PATHS = ("aot_eager", "capture", "inductor")
 # "builtin" leaves the ops to PyTorch's own auto_functionalized handling (for triage).

@@ -6,7 +6,7 @@ many clones are left, and how many bytes the compiled call allocates. Each confi
 a worker subprocess, so a configuration that crashes the process (the built-in v1 can) is
 recorded as a crash for that program and the sweep goes on.
 
-    python -m autofunc.bench.compare [--programs a,b] [--configs ...] [--json PATH] [--device D]
+    python -m tools.compare [--programs a,b] [--configs ...] [--json PATH] [--device D]
 
 On ``--device cuda`` the programs build their inputs on the GPU (a ``torch.device`` context) and
 Inductor emits Triton kernels; bytes are then the caching allocator's (``measure_memory``).
@@ -24,11 +24,13 @@ import sys
 
 import torch
 
-from . import corpus, worker
-from .configs import CONFIGS
-from .measure import measure_memory
+from autofunc.bench import worker
+from autofunc.bench.configs import CONFIGS
+from autofunc.bench.measure import measure_memory
 
-__all__ = ["CONFIGS", "Row", "run_program", "compare", "format_table", "bytes_gate"]
+from . import corpus
+
+__all__ = ["CONFIGS", "Row", "bytes_gate", "compare", "format_table", "run_program"]
 
 
 @dataclasses.dataclass
@@ -49,8 +51,8 @@ def run_program(name: str, config: str, device: str = "cpu") -> Row:
     import torch._inductor.config as inductor_config
     from torch._dynamo.utils import counters
 
-    from ..inductor import last_reports
-    from ..testing import run_against_eager
+    from autofunc.inductor import last_reports
+    from autofunc.testing import run_against_eager
 
     program = corpus.PROGRAMS[name]
     strategy, auto_v2 = CONFIGS[config].strategy, CONFIGS[config].builtin_v2
@@ -106,7 +108,7 @@ def _run_config(config: str, programs: list[str], device: str = "cpu") -> list[R
     todo = list(programs)
     while todo:
         spec = {"config": config, "programs": todo, "device": device}
-        done = worker.run("autofunc.bench.compare", spec)
+        done = worker.run("tools.compare", spec)
         for value in done.results:
             rows.append(Row(**value))
             todo.remove(value["program"])
@@ -203,7 +205,9 @@ def bytes_gate(rows: list[Row], device: str = "cpu") -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m tools.compare", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--programs", default="")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--json", default="")
@@ -220,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in failures:
         print(f"[bytes gate] FAIL {line}")
     if args.json:
-        from .env import environment
+        from autofunc.bench.env import environment
 
         with open(args.json, "w") as f:
             doc = {

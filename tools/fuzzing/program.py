@@ -7,12 +7,12 @@ import hashlib
 import linecache
 import re
 import textwrap
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
-
 from .ops import _NS
-
 
 _F64 = "dtype=torch.float64"
 _NAME = re.compile(r"(?<![.\w])([A-Za-z_]\w*)")
@@ -32,7 +32,7 @@ class Stmt:
         rhs = self.text.split("=", 1)[1] if self.defs else self.text
         return {n for n in _NAME.findall(rhs) if n in known}
 
-    def rename(self, old: str, new: str) -> "Stmt":
+    def rename(self, old: str, new: str) -> Stmt:
         pat = re.compile(rf"(?<![.\w]){re.escape(old)}(?!\w)")
         if self.defs:
             lhs, rhs = self.text.split("=", 1)

@@ -14,38 +14,32 @@ of the installed package).
   and compares outputs and the final values of the inputs with eager.
 * ``shrink``: :func:`shrink` / :func:`shrink_failure` greedily delete statements while the
   failure persists; :func:`triage` runs a failure on every strategy and path.
-* ``repro``: :func:`write_repro` saves a self-contained pytest-style script.
+* ``repro``: :func:`write_repro` saves a pytest-style script that runs against the checkout.
 
-``scripts/fuzz_sweep.py`` and ``scripts/fuzz_campaign.py`` run long sweeps; ``tests/test_fuzz.py``
-runs a bounded one in CI.
+``python -m tools.fuzz_sweep`` and ``python -m tools.fuzz_campaign`` run long sweeps;
+``tests/test_fuzz.py`` runs a bounded one in CI.
 """
 
 from .check import LIMITATIONS, Failure, check
 from .generate import Features, generate, program_for
-from .ops import OPS, OP_NAMES, PATHS, STRATEGIES, m1, m2, m3, m3way, mlate, mopt, mret
+from .ops import OP_NAMES, OPS, PATHS, STRATEGIES, m1, m2, m3, m3way, mlate, mopt, mret
 from .program import EagerError, FuzzProgram, Stmt
 from .repro import repro_source, write_repro
 from .shrink import _without, shrink, shrink_failure, triage
 
 __all__ = [
+    "LIMITATIONS",
     "OPS",
     "OP_NAMES",
     "PATHS",
     "STRATEGIES",
-    "LIMITATIONS",
-    "Stmt",
-    "FuzzProgram",
-    "Features",
-    "Failure",
     "EagerError",
-    "generate",
-    "program_for",
+    "Failure",
+    "Features",
+    "FuzzProgram",
+    "Stmt",
     "check",
-    "shrink",
-    "shrink_failure",
-    "triage",
-    "repro_source",
-    "write_repro",
+    "generate",
     "m1",
     "m2",
     "m3",
@@ -53,4 +47,10 @@ __all__ = [
     "mlate",
     "mopt",
     "mret",
+    "program_for",
+    "repro_source",
+    "shrink",
+    "shrink_failure",
+    "triage",
+    "write_repro",
 ]
