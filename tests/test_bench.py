@@ -258,3 +258,19 @@ def test_gpu_campaign_dry_run(tmp_path):
     ]
     assert all(r[1] == "0" for r in rows[1:])
     assert sum(int(r[3]) for r in rows[1:]) <= 1500
+
+
+def test_user_triton_case_on_cpu_is_measured_on_the_post_grad_graph(tmp_path):
+    # The kernel writes kv[l, 0] and kv[l, 1] of every layer: PyTorch copies each written view
+    # from element 0 of the cache, (L + 1) / 2 caches per step; autofunc writes the cache.
+    out_json = tmp_path / "bench.json"
+    argv = ["bench", "--cases", "user_triton", "--sizes", "16x2", "--in-process"]
+    argv += ["--strategies", "eager,builtin_v2,autofunc_v2", "--json", str(out_json)]
+    assert main(argv) == 0
+    records = {r["strategy"]: r for r in json.loads(out_json.read_text())["records"]}
+    assert all(r["error"] == "" and r["correct"] is True for r in records.values())
+    cache = records["eager"]["cache_bytes"]
+    assert records["builtin_v2"]["mem_above_eager"] == cache * 5 // 2
+    assert records["autofunc_v2"]["mem_above_eager"] == 0
+    assert records["autofunc_v2"]["clones"] == 0
+    assert records["autofunc_v2"]["time_s"] is None  # nothing compiled runs on CPU

@@ -32,6 +32,11 @@ class Program:
     make_args: Callable[[], tuple]  # fresh inputs on every call (the programs mutate them)
     ops: tuple  # the mutable custom ops the program calls
     cache_bytes: int  # the point's KV cache size: the x axis, even for a program without one
+    # The program launches user Triton kernels (no custom op): autofunc's configurations turn
+    # on ``autofunc.reinplace_triton_kernels()``, the built-in's leave them to PyTorch. On CPU
+    # such a program is measured on Inductor's post-grad graph (``run._measure_graph``).
+    triton: bool = False
+    eager_fn: Callable | None = None  # ``fn`` as eager runs it, where that differs (CPU kernels)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +143,39 @@ def _fused_add_rms_norm(c: ModelConfig, device: str, dtype: torch.dtype) -> Prog
     return Program(fused_add_rms_norm, make_args, (fused_add_rms_norm_op,), c.cache_bytes(dtype))
 
 
+def _user_triton(c: ModelConfig, device: str, dtype: torch.dtype) -> Program:
+    """The project's reshape_and_cache kernel launched as a user Triton kernel
+    (``torch.library.wrap_triton``) on ``kv[l, 0]``/``kv[l, 1]`` of every layer."""
+    from torch.library import wrap_triton
+
+    from ..kernels.reshape_and_cache import _reshape_and_cache_kernel, launch_args
+
+    def step(launch: Callable, kernel: Any) -> Callable:
+        def user_triton_kernel(kv_cache, k, v, slots):
+            for layer in range(kv_cache.shape[0]):
+                grid, kwargs = launch_args(k, v, kv_cache[layer, 0], kv_cache[layer, 1], slots)
+                launch(kernel)[grid](**kwargs)
+            return k.sum()
+
+        return user_triton_kernel
+
+    kernel, eager_fn = _reshape_and_cache_kernel, None
+    if not device.startswith("cuda"):  # traced as a JITFunction, run by Triton's interpreter
+        from . import user_triton
+
+        kernel = user_triton.jit(getattr(kernel, "fn", kernel))
+        user_triton.preload(kernel)
+        eager_fn = step(user_triton.eager, kernel)
+
+    def make_args() -> tuple:
+        i = make_inputs(c, device, dtype)
+        k, v = _randn(c, device, dtype, 2, c.batch, c.kv_heads, c.head_dim)
+        return i.kv_cache, k, v, i.slot_mapping
+
+    fn = step(wrap_triton, kernel)
+    return Program(fn, make_args, (), c.cache_bytes(dtype), triton=True, eager_fn=eager_fn)
+
+
 def _randn(
     c: ModelConfig, device: str, dtype: torch.dtype, n: int, *shape: int
 ) -> list[torch.Tensor]:
@@ -164,6 +202,12 @@ CASES: dict[str, Case] = {
             "same_dtype_view",
             _cache_viewed(lambda t: t.view(t.dtype), None),
             "the cache written through kv[l, i].view(its own dtype)",
+        ),
+        Case(
+            "user_triton",
+            _user_triton,
+            "reshape_and_cache as a user Triton kernel (wrap_triton) into every layer, no "
+            "custom op; on CPU measured on Inductor's post-grad graph",
         ),
     )
 }

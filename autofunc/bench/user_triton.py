@@ -234,7 +234,15 @@ def post_grad_graph(fn: Callable, args: list) -> fx.GraphModule:
         except Exception:  # _Stop, as Dynamo wraps what the backend raised
             if not graphs:
                 raise
+    # Dynamo's reset empties the kernel side table the graph's launches index: keep it, so the
+    # graph can still be run (its kernels interpreted)
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table as table
+
+    kept = dict(table.id_to_kernel), dict(table.kernel_to_id), dict(table.constant_args)
     torch._dynamo.reset()
+    table.id_to_kernel.update(kept[0])
+    table.kernel_to_id.update(kept[1])
+    table.constant_args.update(kept[2])
     return graphs[0]
 
 
