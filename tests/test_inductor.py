@@ -64,7 +64,7 @@ def test_the_key_hashes_everything_the_pass_and_the_registry_import():
     # A module the pass, the HOPs or the registry import decides what a compiled graph holds;
     # a cache key without it would serve stale graphs after that module changed.
     roots = ["autofunc.inductor", "autofunc.registry"]
-    for package in (autofunc.hops, autofunc.passes):
+    for package in (autofunc.hops, autofunc.passes, autofunc.registry):
         roots += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
     needed = {_module_file(m).resolve() for m in _closure(roots)}
     hashed = {p.resolve() for p in inductor._graph_sources()}
@@ -76,19 +76,20 @@ def test_the_key_hashes_everything_the_pass_and_the_registry_import():
 
 def test_the_key_hashes_folders_at_any_depth():
     rel = {p.relative_to(_ROOT).as_posix() for p in inductor._graph_sources()}
-    assert {"registry.py", "inductor.py", "hops/v2.py", "passes/reinplace.py"} <= rel
+    assert {"registry/routing.py", "inductor.py", "hops/v2.py", "passes/reinplace.py"} <= rel
     assert not {r for r in rel if r.split("/")[0] in ("bench", "cli.py", "explain.py")}
 
 
 def test_the_key_changes_with_the_registrys_source(monkeypatch):
-    # The registry decides which HOP a call becomes (a v1 call may become v2), so editing it
-    # must miss the cache.
+    # The registry's routing decides which HOP a call becomes (a v1 call may become v2), so
+    # editing it must miss the cache.
     before = inductor.ReinplacePass().uuid()
     real = pathlib.Path.read_bytes
 
     def edited(path: pathlib.Path) -> bytes:
         data = real(path)
-        return data + b"\n# edited\n" if path.name == "registry.py" else data
+        routing = path.parent.name == "registry" and path.name == "routing.py"
+        return data + b"\n# edited\n" if routing else data
 
     monkeypatch.setattr(pathlib.Path, "read_bytes", edited)
     inductor._source_digest.cache_clear()

@@ -1,0 +1,185 @@
+"""Routing a registered op's functionalization to autofunc's HOPs.
+
+Owns the process's :class:`RegistryState` (``_state``) and what reads it on every call: the rule
+installed with ``torch.library.register_torch_dispatch(op, FunctionalTensorMode, rule)``, the
+public hook that ``torch.compile``, ``torch.export`` and ``make_fx`` under functionalization all
+go through; the op's ``Functionalize``-key kernel (C++ functionalization); the choice of v1 or v2
+for each call; and the backend hooks. Imports the HOPs, ``guards`` and ``state``; never ``api``
+and no backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+from torch._subclasses.functional_tensor import FunctionalTensorMode, PythonFunctionalizeAPI
+
+from .. import guards
+from ..errors import AutofuncError
+from ..hops.common import may_overlap, normalize_args
+from ..hops.v1 import functionalize_v1, inexact_slot, mutable_slots
+from ..hops.v2 import eager_aliases, functionalize_v2
+from ..schema import OpInfo, op_info, qualname
+from .state import RegistryState
+
+__all__ = ["add_backend_hook", "state_token"]
+
+log = logging.getLogger("autofunc.registry")
+
+
+# Note [Backend hooks]
+# Backends that need something installed before a program with autofunc's HOPs reaches them
+# (Inductor: the re-inplace pass) add a hook here; it runs on every register/override and on
+# every functionalized call (so in whatever thread compiles). The registry imports no backend.
+_backend_hooks: list[Callable[[], None]] = []
+
+
+def add_backend_hook(hook: Callable[[], None]) -> None:
+    """Run ``hook()`` whenever an op is routed to autofunc or one of its calls is
+    functionalized (idempotent per hook; ``hook`` must be cheap and idempotent itself)."""
+    if hook not in _backend_hooks:
+        _backend_hooks.append(hook)
+
+
+def _install_pass() -> None:
+    for hook in _backend_hooks:
+        hook()
+
+
+def _install_rule(op: OpOverload) -> None:
+    try:
+        torch.library.register_torch_dispatch(op, FunctionalTensorMode, _functional_rule)
+    except RuntimeError as e:
+        raise AutofuncError(
+            f"autofunc.register: {qualname(op)} already has a FunctionalTensorMode rule that is "
+            f"not autofunc's ({e})"
+        ) from e
+
+
+def _install_functionalize_kernel(op: OpOverload) -> torch.library.Library:
+    ns, name = op._schema.name.split("::")
+    lib = torch.library.Library(ns, "FRAGMENT")
+    overload = "" if op._overloadname == "default" else f".{op._overloadname}"
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return _functionalize_call(_cpp_functionalize_api(), op, args, kwargs)
+        except RuntimeError as e:
+            if "tls_on_entry" not in str(e):
+                raise
+            # torch 2.11: tracing a HOP from a Functionalize kernel trips an internal assert
+            # of PyTorch's Python dispatch fallback (PythonFallbackKernel.cpp). PyTorch's own
+            # handling refuses such ops under C++ functionalization on every version.
+            raise AutofuncError(
+                f"{qualname(op)}: C++ functionalization (torch.func.functionalize) of an "
+                f"autofunc-registered op fails inside torch {torch.__version__} (an internal "
+                f"assert of its Python dispatch fallback); torch.compile and torch.export work, "
+                f"and torch >= 2.13 supports torch.func.functionalize"
+            ) from e
+
+    lib.impl(f"{name}{overload}", kernel, "Functionalize")
+    return lib
+
+
+def _cpp_functionalize_api() -> Any:
+    """The functionalization API for a call that reached the op's Functionalize kernel."""
+    from torch._C._functorch import TransformType
+    from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
+    from torch._subclasses.functional_tensor import CppFunctionalizeAPI, FunctorchFunctionalizeAPI
+
+    interpreter = retrieve_current_functorch_interpreter()
+    if interpreter is None or interpreter.key() != TransformType.Functionalize:
+        return CppFunctionalizeAPI()
+
+    class _API(FunctorchFunctionalizeAPI):
+        @contextlib.contextmanager
+        def redispatch_to_next(self):
+            # Leave the functorch level *and* the Functionalize key, so the HOP is traced as one
+            # node instead of being functionalized again by its own rule.
+            keys = torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)
+            with self.interpreter.lower(), torch._C._ExcludeDispatchKeyGuard(keys):
+                yield
+
+    return _API(interpreter)
+
+
+# The process's one registry state; the dispatch rule and the kernel read it on every call.
+_state = RegistryState(_install_rule, _install_functionalize_kernel)
+
+
+def state_token() -> tuple:
+    """The registrations as a hashable value: equal values mean equal registrations."""
+    return _state.token
+
+
+def _route(info: OpInfo, cpp_functionalize: bool | None = None) -> bool:
+    """Install autofunc's dispatch rule and, where wanted, its Functionalize kernel for
+    ``info.op`` (idempotent). Returns whether the rule was installed just now, for the first
+    time."""
+    first = _state.install_rule(info.op)
+    _state.use_kernel(info.qualname, _wants_functionalize_kernel(info, cpp_functionalize), info.op)
+    return first
+
+
+# Note [The Functionalize kernel and Inductor]
+# C++ functionalization (``torch.func.functionalize``) reaches an op only through a kernel for
+# the ``Functionalize`` dispatch key; PyTorch's built-in installs none (it refuses mutable
+# custom ops there). But Inductor reads that kernel's presence as "this op may not be
+# auto-functionalizable" and then treats every output of the op as an alias of its mutable
+# inputs: the output's buffer is never reused in place and the mutated buffer lives as long as
+# the output. For an op that returns nothing this costs nothing, so it gets the kernel; an op
+# that returns tensors gets it only with ``cpp_functionalize=True``.
+def _wants_functionalize_kernel(info: OpInfo, cpp_functionalize: bool | None) -> bool:
+    return info.num_returns == 0 if cpp_functionalize is None else cpp_functionalize
+
+
+def _functional_rule(mode: FunctionalTensorMode, func: OpOverload, types, args, kwargs) -> Any:
+    # Whatever this call becomes, the frame being compiled depends on the registrations.
+    guards.guard_current_compile(state_token)
+    if _state.strategy(qualname(func)) is None:  # unregistered: PyTorch's default handling
+        return mode.__torch_dispatch__(func, types, args, kwargs)
+    return _functionalize_call(PythonFunctionalizeAPI(mode=mode), func, args, kwargs)
+
+
+def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | None) -> Any:
+    strategy = _state.strategy(qualname(func)) or "v2"
+    if strategy == "v1":
+        why = _v1_needs_v2(ctx, func, args, kwargs or {})
+        if why is not None:
+            log.debug("%s: %s; this call uses v2", func, why)
+            strategy = "v2"
+    _install_pass()  # Note [Backend hooks]: this thread may lack the Inductor pass
+    if strategy == "v1":
+        return functionalize_v1(ctx, func, args, kwargs or {})
+    return functionalize_v2(ctx, func, args, kwargs or {})
+
+
+def _v1_needs_v2(ctx: Any, func: OpOverload, args: tuple, kwargs: dict) -> str | None:
+    """Why a call of a v1-registered op must be functionalized with v2, or ``None``."""
+    info = op_info(func)
+    kw = normalize_args(func, args, kwargs)
+    tensors = [t for _, _, t in mutable_slots(info, kw)]
+    if any(may_overlap(ctx, a, b) for a, b in itertools.combinations(tensors, 2)):
+        # Note [v1 and aliased args]
+        # v1 clones each mutable argument separately. When two of them may share memory (the
+        # same tensor twice, or overlapping views of one base) separate clones would break the
+        # aliasing the op sees in eager, so that call is functionalized with v2, which clones
+        # their common base once.
+        return "mutable arguments may overlap"
+    arg = inexact_slot(info, kw)
+    if arg is not None:  # Note [Writing back unfold views] in hops/common.py
+        return f"argument {arg} is an unfold view"
+    aliases = eager_aliases(info, kw)
+    if aliases:
+        # Note [Read arguments eager aliases] in hops/v2.py: v1 would hand the op a copy of
+        # the mutable argument and the old tensor as the read one, a call eager never made
+        # (an op that reads what it wrote gives another result); v2 passes one tensor for both.
+        read, mutable = aliases[0]
+        return f"read argument {read} is the tensor passed as {mutable}"
+    return None
