@@ -129,8 +129,9 @@ def install_timers(config: str) -> Timers:
     from torch._higher_order_ops import auto_functionalize as builtin_hops
     from torch._inductor.fx_passes import post_grad
 
-    from .. import inductor, registry
+    from .. import inductor
     from ..hops.adapter import mutation_targets
+    from ..registry import routing
 
     builtin = (builtin_hops.auto_functionalized, builtin_hops.auto_functionalized_v2)
     ours = mutation_targets()
@@ -155,7 +156,7 @@ def install_timers(config: str) -> Timers:
     )
     # The rules turning each mutable-op call into a HOP (both looked up at call time).
     no_count = lambda *args, **kwargs: (0, 0)  # noqa: E731
-    timers.wrap(registry, "functionalize_v2", "autofunc_rule", no_count)
+    timers.wrap(routing, "functionalize_v2", "autofunc_rule", no_count)
     timers.wrap(builtin_hops, "do_auto_functionalize_v2", "builtin_rule", no_count)
     return timers
 
