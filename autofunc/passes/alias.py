@@ -370,14 +370,23 @@ class AliasAnalysis:
         self, node: fx.Node, buffer: fx.Node, written: list[Region]
     ) -> fx.Node | None:
         """The first node after ``node`` that reads, in ``buffer``'s memory class, an element of
-        ``written`` through a version that already exists (an *old* value), or ``None``.
+        ``written`` through a version that already exists (an *old* value), or ``None``."""
+        hits = self.reads_after(node, buffer, written, first=True)
+        return hits[0] if hits else None
+
+    def reads_after(
+        self, node: fx.Node, buffer: fx.Node, written: list[Region], first: bool = False
+    ) -> list[fx.Node]:
+        """The nodes after ``node`` that read, in ``buffer``'s memory class, an element of
+        ``written`` through a version that already exists (an *old* value), in graph order
+        (``first``: only the earliest).
 
         Positions only grow across the pass's calls, so each version's cursor only moves
         forward: the total work over a whole pass is linear in the number of reads.
         """
         pos = self.position[node]
         cls = self.memory_class(self.version[buffer])
-        hit: _Read | None = None
+        hits: list[_Read] = []
         live = self._live(self._live_later, cls)
         exhausted = []
         for key in live:
@@ -392,11 +401,14 @@ class AliasAnalysis:
             for i in range(start, len(reads)):
                 read = reads[i]
                 if self._hits(key, read, written):
-                    if hit is None or read.pos < hit.pos:
-                        hit = read
-                    break
+                    hits.append(read)
+                    if first:
+                        break
         self._drop(live, exhausted)
-        return None if hit is None else hit.node
+        hits.sort(key=lambda r: r.pos)
+        if first:
+            hits = hits[:1]
+        return list(dict.fromkeys(r.node for r in hits))
 
     # Note [Exhausted versions]
     # Queries only move forward (positions grow across the pass's calls), so a member whose

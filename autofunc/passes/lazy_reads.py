@@ -24,6 +24,19 @@ the call keep ``f`` and read that same buffer.
 It pays when the frontier is smaller than the buffer: a frontier node the graph returns costs
 nothing (Inductor computes it into the output buffer anyway), any other its size. The rule
 picks the repair only when it costs strictly less than the clone; otherwise the clone stays.
+
+Note [Reads moved back before the call]
+Inductor's ``reorder_for_locality`` (before the post-grad passes) moves a pure node down to
+just before its first user, so ``old = buf.sum(); op(buf); return buf + old`` reaches the pass
+with the sum after the call: a read of the old value later (R10). In a functional graph the
+read may as well run before the call, where its inputs all exist: such readers (pure ATen
+nodes of the kinds below, with the inputs they need that also sit after the call) move back
+to just before the call, in their order, and then count as lazy reads before it: their
+frontier is computed there. Scatters are never moved (Inductor re-inplaces a scatter into
+the input it is copied back to, where it stands), nor anything random, mutating, or a later
+call. The move is tried twice, the readers alone and with every lazy user they make
+computable before the call (a reduction of a read makes a smaller frontier), and the cheaper
+plan is taken, again only when it costs less than the clone.
 """
 
 from __future__ import annotations
@@ -39,30 +52,38 @@ from .facts import _nbytes
 
 _aten = torch.ops.aten
 
-__all__ = ["Realization", "plan_realization", "realize_before"]
+__all__ = ["Realization", "hoist_before", "plan_hoist", "plan_realization", "realize_before"]
 
 
 class Realization(NamedTuple):
-    """The lazy values to compute before a call, and what that costs in bytes."""
+    """The lazy values to compute before a call, and what that costs in bytes; ``moved``: the
+    readers to move back before the call first (Note [Reads moved back before the call])."""
 
     nodes: tuple[fx.Node, ...]
     nbytes: int
+    moved: tuple[fx.Node, ...] = ()
 
 
 def plan_realization(
-    call: fx.Node, readers: Iterable[fx.Node], outputs: Iterable[fx.Node], is_lazy: Any
+    call: fx.Node,
+    readers: Iterable[fx.Node],
+    outputs: Iterable[fx.Node],
+    is_lazy: Any,
+    moved: tuple[fx.Node, ...] = (),
 ) -> Realization | None:
     """The frontier of ``readers`` at ``call`` (see the Note): the lazy nodes before ``call``
-    reachable from the readers through lazy users, that have a user at or after ``call``;
-    ``None`` when one of them is no tensor (a tuple: its elements are what is used)."""
+    (or ``moved`` there) reachable from the readers through lazy users, that have a user at
+    or after ``call``; ``None`` when one of them is no tensor (a tuple: its elements are what
+    is used)."""
     frontier: dict[fx.Node, None] = {}
+    early = set(moved)
     seen, todo = set(readers), list(readers)
     while todo:
         n = todo.pop()
         for u in n.users:
             if u is call:
                 continue  # the call realizes what it takes before it runs
-            if u > call or u.op == "output":
+            if u.op == "output" or (u > call and u not in early):
                 frontier[n] = None
             elif is_lazy(u) and u not in seen:
                 seen.add(u)
@@ -71,7 +92,96 @@ def plan_realization(
         return None
     returned = set(outputs)
     cost = sum(_nbytes(n.meta["val"]) for n in frontier if n not in returned)
-    return Realization(tuple(sorted(frontier)), cost)
+    return Realization(tuple(sorted(frontier)), cost, moved)
+
+
+# Ops a reader may be moved back before the call as (pure, deterministic, never re-inplaced by
+# Inductor): pointwise ops, views, and these.
+_MOVABLE = frozenset(
+    {
+        _aten.sum.default,
+        _aten.sum.dim_IntList,
+        _aten.mean.default,
+        _aten.mean.dim,
+        _aten.amax.default,
+        _aten.amin.default,
+        _aten.clone.default,
+        _aten._to_copy.default,
+        _aten.cat.default,
+    }
+)
+
+
+def _movable(node: fx.Node, views: frozenset) -> bool:
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target.namespace not in ("aten", "prims") or target._schema.is_mutable:
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    return target in _MOVABLE or target in views or torch.Tag.pointwise in target.tags
+
+
+def plan_hoist(
+    call: fx.Node,
+    later: Iterable[fx.Node],
+    earlier: Iterable[fx.Node],
+    outputs: list[fx.Node],
+    is_lazy: Any,
+    views: frozenset,
+    written_here: Any,
+) -> Realization | None:
+    """The cheaper way to read the old value before ``call`` (Note [Reads moved back before
+    the call]): ``later`` readers moved back (with the inputs they need from after the call),
+    alone or with the lazy users that then become computable before the call, and the frontier
+    of those and of the ``earlier`` lazy readers; ``None`` when a reader cannot move.
+
+    ``written_here(node)``: whether ``node`` now denotes memory this call writes in place (a
+    buffer of the call decided before): after the call it names the new value, so a reader of
+    it must stay after the call."""
+    moved: dict[fx.Node, None] = {}
+
+    def movable(n: fx.Node) -> bool:
+        return _movable(n, views) and not any(written_here(a) for a in n.all_input_nodes)
+
+    def need(n: fx.Node) -> bool:
+        if n in moved or n < call:
+            return True
+        if n is call or not movable(n):
+            return False
+        if not all(need(a) for a in n.all_input_nodes):
+            return False
+        moved[n] = None
+        return True
+
+    later = list(later)
+    if not all(need(r) for r in later):
+        return None
+    minimal = tuple(sorted(moved))
+    grown = dict(moved)
+    todo = list(minimal)
+    while todo:  # lazy users computable before the call once the readers are
+        n = todo.pop()
+        for u in n.users:
+            if u in grown or u.op == "output" or not movable(u) or not is_lazy(u):
+                continue
+            if all(a < call or a in grown for a in u.all_input_nodes):
+                grown[u] = None
+                todo.append(u)
+    readers = [*earlier, *later]
+    plans = [
+        plan_realization(call, readers, outputs, is_lazy, m)
+        for m in (minimal, tuple(sorted(grown)))
+    ]
+    plans = [p for p in plans if p is not None]
+    return min(plans, key=lambda p: p.nbytes, default=None)
+
+
+def hoist_before(ctx: Any, call: fx.Node, plan: Realization) -> None:
+    """Move the plan's readers to just before ``call``, in their order."""
+    for n in plan.moved:
+        call.prepend(n)
 
 
 def realize_before(ctx: Any, call: fx.Node, plan: Realization) -> None:

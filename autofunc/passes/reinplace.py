@@ -67,7 +67,7 @@ from .inductor_repairs import (
     _keep_old_copy_sources,
     _separate_outputs_from_inputs,
 )
-from .lazy_reads import Realization, realize_before
+from .lazy_reads import Realization, hoist_before, realize_before
 from .report import CallReport, Decision, Reason, Report
 from .rules import RULES, Rule, _decide, _lazy_under_inductor, _Query
 from .scatters import _fold_scatters
@@ -214,7 +214,9 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
             query = _Query(ctx, node, m, buf, bufs, tuple(inplace))
             reason, detail = _decide(query)
             if reason is Reason.INPLACE and query.realize is not None:
-                # Note [Lazy reads computed before the call]
+                # Note [Reads moved back before the call], Note [Lazy reads computed before
+                # the call]
+                hoist_before(ctx, node, query.realize)
                 realize_before(ctx, node, query.realize)
                 detail = _realized_detail(query.realize)
             decisions.append(
@@ -328,8 +330,10 @@ def _emit_call(
 
 
 def _realized_detail(plan: Realization) -> str:
-    names = ", ".join(n.name for n in plan.nodes)
-    return f"{names} computed before the call, {plan.nbytes} B"
+    moved = ", ".join(n.name for n in plan.moved)
+    names = ", ".join(n.name for n in plan.nodes) or "nothing"
+    before = f"{moved} moved before the call; " if moved else ""
+    return f"{before}{names} computed before the call, {plan.nbytes} B"
 
 
 def _check_vals(hops: list[fx.Node]) -> None:

@@ -16,7 +16,7 @@ import torch.fx as fx
 from ..hops.adapter import Mutation
 from ..regions import Region
 from ..symbolic import contiguous_or_false, overlaps_itself
-from .alias import SCATTER_VIEWS
+from .alias import SCATTER_VIEWS, VIEW_OPS
 from .facts import (
     _aliased_args,
     _Buffer,
@@ -28,7 +28,7 @@ from .facts import (
     _view_base,
     _written,
 )
-from .lazy_reads import Realization, plan_realization
+from .lazy_reads import Realization, plan_hoist, plan_realization
 from .report import Reason
 from .scatters import _SAME_BYTES, _all_scatters_fold, _is_view_chain
 
@@ -49,8 +49,9 @@ class _Query:
     buf: _Buffer
     bufs: list[_Buffer]  # every buffer of the call, ``buf`` among them
     inplace: tuple[_Buffer, ...] = ()  # the buffers of the call already written in place
-    # lazy values to compute before the call when the buffer is written in place (R9)
+    # lazy values to compute before the call when the buffer is written in place (R9, R10)
     realize: Realization | None = None
+    lazy_readers: tuple[fx.Node, ...] = ()  # what R9 found, for R10 to add to
 
     @functools.cached_property
     def root(self) -> fx.Node:
@@ -308,14 +309,33 @@ def _lazy_read(q: _Query) -> Verdict:
         return None
     plan = plan_realization(q.node, readers, ctx.outputs, _lazy_under_inductor)
     if plan is not None and plan.nbytes < _nbytes(q.buf.node.meta.get("val")):
-        q.realize = plan
+        q.realize, q.lazy_readers = plan, tuple(readers)
         return None
     return Reason.LAZY_READ, f"by {readers[0].name}"
 
 
 def _read_later(q: _Query) -> Verdict:
-    reader = q.ctx.analysis.first_read_after(q.node, q.buf.node, q.written)
-    return None if reader is None else (Reason.READ_LATER, f"by {reader.name}")
+    ctx = q.ctx
+    readers = ctx.analysis.reads_after(q.node, q.buf.node, q.written)
+    # a reader an earlier call moved back before its own call (Note [Reads moved back before
+    # the call]) is still at its old position for the analysis
+    later = [r for r in readers if r > q.node]
+    if not later:
+        return None
+    if ctx.for_inductor:
+        earlier = [*q.lazy_readers, *(r for r in readers if r < q.node and _lazy_under_inductor(r))]
+        analysis = ctx.analysis
+
+        def written_here(node: fx.Node) -> bool:
+            return any(analysis.same_memory(node, b.node) for b in q.inplace)
+
+        plan = plan_hoist(
+            q.node, later, earlier, ctx.outputs, _lazy_under_inductor, VIEW_OPS, written_here
+        )
+        if plan is not None and plan.nbytes < _nbytes(q.buf.node.meta.get("val")):
+            q.realize = plan
+            return None
+    return Reason.READ_LATER, f"by {later[0].name}"
 
 
 class Rule(NamedTuple):

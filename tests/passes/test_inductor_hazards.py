@@ -585,9 +585,23 @@ def chain_read_before(x, y):
 
 def whole_buffer_read_before(x, y):
     b = x * 1
-    c = b + 1  # as big as the buffer and not returned: a clone of b[0] costs less (v1)
+    c = b + 1  # as big as the buffer, and what the matmul after the call takes
     add_row(b[0], y)
-    return c.sum(1) + b[0].sum()
+    return (c @ torch.ones(5, 2)).sum() + b[0].sum()
+
+
+def sum_read_after(x, y):
+    b = x * 1
+    old = b.sum()  # Inductor's reorder_for_locality moves it after the call
+    add_row(b, y)
+    return b + old
+
+
+def columns_read_after(x, y):
+    b = x * 1
+    before = b[0] + b[1]  # moved after the call too; moved back with its views
+    add_row(b[1], y)
+    return before, b[1] * b[2]
 
 
 def _row_reports(fn, *inputs):
@@ -600,7 +614,10 @@ def _row_reports(fn, *inputs):
     return [d for r in reports for c in r.calls for d in c.decisions]
 
 
-@pytest.mark.parametrize("fn", [saved_before_call, columns_around_calls, chain_read_before])
+@pytest.mark.parametrize(
+    "fn",
+    [saved_before_call, columns_around_calls, chain_read_before, sum_read_after, columns_read_after],
+)
 def test_lazy_read_computed_before_the_call(row_strategy, fn):
     decisions = _row_reports(fn, torch.randn(6, 5), torch.randn(5))
     assert decisions and all(d.inplace for d in decisions), [d.explain() for d in decisions]
@@ -613,6 +630,12 @@ def test_lazy_read_bigger_than_the_clone_keeps_the_clone(row_strategy):
     # Inductor's reorder_for_locality may already have moved the read after the call
     lazy_or_later = (autofunc.Reason.LAZY_READ, autofunc.Reason.READ_LATER)
     assert not d.inplace and d.reason in lazy_or_later, d.explain()
+
+
+def test_read_moved_back_before_the_call(row_strategy):
+    decisions = _row_reports(sum_read_after, torch.randn(6, 5), torch.randn(5))
+    (d,) = decisions
+    assert d.inplace and "sum_1 moved before the call" in d.detail, d.explain()
 
 
 def test_lazy_read_realized_in_the_post_grad_graph(row_strategy):
