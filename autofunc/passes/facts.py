@@ -21,9 +21,9 @@ from .alias import VIEW_OPS, AliasAnalysis
 from .emit import (
     fake_values,
 )
+from .policy import Policy
 
 _aten = torch.ops.aten
-
 
 
 @dataclasses.dataclass
@@ -37,7 +37,7 @@ class _Pass:
     fake_mode: FakeTensorMode
     enable: bool
     training: bool
-    for_inductor: bool
+    policy: Policy  # the backend's behaviours the pass respects (policy.py)
     # graph inputs some call writes in place (Note [Returned values of written inputs])
     written_inputs: set[fx.Node] = dataclasses.field(default_factory=set)
     # positions of the outputs AOTAutograd regenerates from inputs (Note [Outputs AOTAutograd
