@@ -7,6 +7,7 @@ outputs. Pure queries of the graph; nothing here rewrites it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import torch
@@ -24,6 +25,8 @@ from .emit import (
 from .policy import Policy
 
 _aten = torch.ops.aten
+
+log = logging.getLogger("autofunc.passes.facts")
 
 
 @dataclasses.dataclass
@@ -165,6 +168,7 @@ def _saved_tensors(out: fx.Node) -> SavedTensors | None:
         saved = meta.tensors_saved_for_backwards_slice if meta is not None else None
         symints = getattr(meta, "num_symints_saved_for_bw", None)
     except (ImportError, AssertionError, AttributeError):
+        log.debug("no saved tensors: AOTAutograd's metadata is out of reach", exc_info=True)
         return None
     if donated is None and meta is not None and not torch._functorch.config.donated_buffer:
         donated = []  # the backward reuses no saved tensor's memory
@@ -208,6 +212,7 @@ def _outputs_regenerated_from_inputs(out: fx.Node) -> frozenset[int]:
         infos = getattr(meta, "output_info", None)
         first = getattr(meta, "num_mutated_inp_runtime_indices", None)
     except ImportError:  # pragma: no cover - torch without these internals
+        log.debug("no regenerated outputs: AOTAutograd's internals moved", exc_info=True)
         return frozenset()
     flat = _flat_outputs(out)
     if infos is None or first is None or flat is None or len(flat) < first + len(infos):

@@ -73,6 +73,7 @@ def _inductor_drops_view_offsets() -> bool:
     try:
         return "get_layout().offset" not in inspect.getsource(lowering.as_strided)
     except (OSError, TypeError):
+        log.debug("as_strided lowering has no source; the torch version decides", exc_info=True)
         return torch.__version__ < "2.12"
 
 
