@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover
 from . import registry
 from .guards import guard_current_compile
 from .hops import triton as _triton
+from .passes.inductor_repairs import INDUCTOR
 from .passes.reinplace import reinplace
 
 __all__ = [
@@ -109,7 +110,7 @@ class ReinplacePass(_Base):
     def __call__(self, graph: torch.fx.Graph, is_inference: bool | None = None) -> None:
         gm = graph.owning_module
         report = reinplace(
-            gm, enable=inductor_config_enabled(), is_inference=is_inference, for_inductor=True
+            gm, enable=inductor_config_enabled(), is_inference=is_inference, policy=INDUCTOR
         )
         if report.calls:
             _state.deliver(report)

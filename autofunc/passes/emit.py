@@ -1,8 +1,9 @@
 """Emitting nodes for the re-inplace pass: views, clones and op calls with fake values.
 
 Every function takes the pass's context ``ctx`` (``ctx.gm``, ``ctx.fake_mode``,
-``ctx.for_inductor``) and inserts at the graph's current insertion point. Knows how Inductor
-lowers what it emits (Notes [Clones for Inductor], [Storage offsets], [Unbacked outputs]);
+``ctx.policy``) and inserts at the graph's current insertion point. Emits what the backend
+lowers soundly (Notes [Clones for Inductor], [Storage offsets], [Unbacked outputs]), where the
+backend's behaviours come from ``ctx.policy`` (``policy.py``) or the caller's arguments;
 decides nothing. Symbolic sizes reach emitted code only as graph nodes (``geometry_of``,
 ``graph_arith``), never as SymInt constants.
 """
@@ -27,6 +28,7 @@ from .alias import VIEW_OPS
 log = logging.getLogger("autofunc.passes.emit")
 
 __all__ = [
+    "FRESH_ALIAS",
     "NO_VAL",
     "emit",
     "emit_as_strided",
@@ -135,7 +137,8 @@ def emit_clone(
     the graph records, and the clone is a fresh buffer. (``empty_strided`` + ``copy_`` is not
     safe under Inductor: lowering ``copy_`` into a fresh buffer may make that buffer an alias of
     the source, or re-lay it out before an ``as_strided`` reads it.) Under Inductor a buffer that
-    several aliasing arguments share is also copied this way: Inductor copies an argument whose
+    several aliasing arguments share (``aliased``, which the rewrite passes only under a policy
+    with ``fix_aliased_layouts``) is also copied this way: Inductor copies an argument whose
     layout is not yet fixed once per argument, which would break their aliasing, and an
     ``as_strided`` view fixes it (a buffer written in place gets the same treatment through
     ``pin_layout``). Symbolic sizes and strides are passed as nodes (``geometry_of``), never as
@@ -154,7 +157,7 @@ def emit_clone(
     if overlaps_itself(val) and src.op != "placeholder":
         # Note [A buffer that overlaps itself]: a dense copy, not one with these strides.
         node = emit(ctx, _aten.clone.default, (src,), {"memory_format": torch.contiguous_format})
-    elif contiguous_or_false(val) and not (aliased and ctx.for_inductor):
+    elif contiguous_or_false(val) and not aliased:
         node = emit(ctx, _aten.clone.default, (src,))
     elif direct and not aliased and src.op == "call_function" and src.target in VIEW_OPS:
         # A view copied into a fresh buffer: Inductor lowers this copy_ as a new pointwise
@@ -256,12 +259,13 @@ _lib = torch.library.Library("autofunc", "DEF")
 _lib.define("fresh_alias(Tensor(a) x) -> Tensor(a)")
 for _key in ("CompositeExplicitAutograd", "Meta"):
     _lib.impl("fresh_alias", lambda x: _aten.alias.default(x), _key)
+FRESH_ALIAS = torch.ops.autofunc.fresh_alias.default
 
 
 def emit_fresh_alias(ctx: Any, node: fx.Node) -> fx.Node:
-    """A new tensor object over ``node``'s memory (Note [A fresh alias Inductor keeps])."""
-    target = torch.ops.autofunc.fresh_alias.default if ctx.for_inductor else _aten.alias.default
-    return emit(ctx, target, (node,))
+    """A new tensor object over ``node``'s memory: ``ctx.policy.alias_op`` of it (Note [A
+    fresh alias Inductor keeps])."""
+    return emit(ctx, ctx.policy.alias_op, (node,))
 
 
 def pin_layout(ctx: Any, buf: fx.Node) -> fx.Node:

@@ -7,6 +7,7 @@ outputs. Pure queries of the graph; nothing here rewrites it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import torch
@@ -21,9 +22,11 @@ from .alias import VIEW_OPS, AliasAnalysis
 from .emit import (
     fake_values,
 )
+from .policy import Policy
 
 _aten = torch.ops.aten
 
+log = logging.getLogger("autofunc.passes.facts")
 
 
 @dataclasses.dataclass
@@ -37,7 +40,7 @@ class _Pass:
     fake_mode: FakeTensorMode
     enable: bool
     training: bool
-    for_inductor: bool
+    policy: Policy  # the backend's behaviours the pass respects (policy.py)
     # graph inputs some call writes in place (Note [Returned values of written inputs])
     written_inputs: set[fx.Node] = dataclasses.field(default_factory=set)
     # positions of the outputs AOTAutograd regenerates from inputs (Note [Outputs AOTAutograd
@@ -165,6 +168,7 @@ def _saved_tensors(out: fx.Node) -> SavedTensors | None:
         saved = meta.tensors_saved_for_backwards_slice if meta is not None else None
         symints = getattr(meta, "num_symints_saved_for_bw", None)
     except (ImportError, AssertionError, AttributeError):
+        log.debug("no saved tensors: AOTAutograd's metadata is out of reach", exc_info=True)
         return None
     if donated is None and meta is not None and not torch._functorch.config.donated_buffer:
         donated = []  # the backward reuses no saved tensor's memory
@@ -208,6 +212,7 @@ def _outputs_regenerated_from_inputs(out: fx.Node) -> frozenset[int]:
         infos = getattr(meta, "output_info", None)
         first = getattr(meta, "num_mutated_inp_runtime_indices", None)
     except ImportError:  # pragma: no cover - torch without these internals
+        log.debug("no regenerated outputs: AOTAutograd's internals moved", exc_info=True)
         return frozenset()
     flat = _flat_outputs(out)
     if infos is None or first is None or flat is None or len(flat) < first + len(infos):

@@ -1,11 +1,15 @@
-"""Phase 4 of the re-inplace pass: graph repairs that only Inductor needs, run before and after
-the rewrite when the pass runs for Inductor (``for_inductor``); each names the Inductor behaviour
-it works around.
+"""Inductor's policy for the re-inplace pass (``INDUCTOR``, Note [Pipeline] phase 4 in
+``reinplace.py``): what Inductor evaluates lazily and the graph repairs that work around its
+lowering, run before and after the rewrite; each repair names the Inductor behaviour it works
+around. The Inductor glue (``autofunc/inductor.py``) passes ``INDUCTOR`` to ``reinplace``.
+Imports the pass's phases but not ``reinplace.py``, nor any Inductor configuration.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import operator
 from typing import Any
 
 import torch
@@ -14,13 +18,16 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..hops.adapter import mutation_targets
 from .alias import VIEW_OPS
-from .emit import (
-    emit_clone,
-)
+from .emit import FRESH_ALIAS, emit_clone
 from .facts import _Pass, _view_base
+from .policy import Policy
+from .share_views import share_input_views
+
+__all__ = ["INDUCTOR"]
+
+log = logging.getLogger("autofunc.passes.inductor_repairs")
 
 _aten = torch.ops.aten
-
 
 
 def _as_strided_of_roots(graph: fx.Graph) -> None:
@@ -66,6 +73,7 @@ def _inductor_drops_view_offsets() -> bool:
     try:
         return "get_layout().offset" not in inspect.getsource(lowering.as_strided)
     except (OSError, TypeError):
+        log.debug("as_strided lowering has no source; the torch version decides", exc_info=True)
         return torch.__version__ < "2.12"
 
 
@@ -292,3 +300,66 @@ def _copy_point(ctx: _Pass, arg: fx.Node, out: fx.Node) -> fx.Node:
             return node
         node = node.next
     return out
+
+
+def _share_input_views(ctx: _Pass) -> None:
+    """Fewer view nodes for Inductor to lower (``share_views.py``)."""
+    share_input_views(ctx.gm.graph)
+
+
+def _explicit_offsets_where_dropped(ctx: _Pass) -> None:
+    """``_explicit_as_strided_offsets`` on the torch versions whose Inductor drops a view's
+    offset (Note [as_strided offsets on torch 2.11]); asked when the pass runs, not at import."""
+    if _inductor_drops_view_offsets():
+        _explicit_as_strided_offsets(ctx.gm.graph)
+
+
+# -- what Inductor evaluates lazily (R9) ------------------------------------------------------
+
+# Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
+# not deferred); every other aten op may be fused into a kernel that runs where its result is
+# first needed.
+_EXTERN_READERS = frozenset(
+    {
+        _aten.mm.default,
+        _aten.addmm.default,
+        _aten.bmm.default,
+        _aten.baddbmm.default,
+        _aten.convolution.default,
+        _aten.copy_.default,  # the epilogue: it reads the final version, never an old one
+    }
+)
+
+
+def _lazy_under_inductor(reader: fx.Node) -> bool:
+    """Whether Inductor may evaluate ``reader`` later than its place in the graph (an element
+    of a lazy node's tuple is as lazy as the node)."""
+    target = reader.target
+    if target is operator.getitem and isinstance(reader.args[0], fx.Node):
+        return _lazy_under_inductor(reader.args[0])
+    if not isinstance(target, torch._ops.OpOverload):
+        return False  # HOPs, getitem, output
+    return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS
+
+
+# -- the policy -------------------------------------------------------------------------------
+
+INDUCTOR = Policy(
+    name="inductor",
+    lazy_reader=_lazy_under_inductor,  # R9, Note [Lazy reads under Inductor]
+    chooses_layouts=True,  # R5, Note [Layouts Inductor chooses]
+    scatters_must_fold=True,  # R8, Note [Views of graph inputs]
+    fix_aliased_layouts=True,  # Note [Clones for Inductor]
+    pin_views_of_unrealized=True,  # Note [Views of unrealized buffers under Inductor]
+    alias_op=FRESH_ALIAS,  # Note [A fresh alias Inductor keeps]
+    before=(
+        _keep_old_copy_sources,  # Note [Copies of inputs that the graph mutates]
+        _as_strided_of_roots,  # Note [as_strided of a view under Inductor]
+    ),
+    after=(
+        _separate_outputs_from_inputs,  # Note [Returned scatters under Inductor]
+        _share_input_views,
+        _explicit_offsets_where_dropped,  # Note [as_strided offsets on torch 2.11]
+    ),
+    lint=False,  # Inductor lints the graph itself once its post-grad passes are done
+)

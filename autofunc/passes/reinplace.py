@@ -2,8 +2,9 @@
 writes straight into the caller's buffers, keeping only the clones that are needed.
 
 Works on any functional ATen graph with ``meta["val"]`` fake tensors (post-grad Inductor graphs,
-``aot_eager`` graphs, exported graphs). Knows nothing about Inductor's configuration; the
-decisions are made by querying :class:`~autofunc.passes.alias.AliasAnalysis`.
+``aot_eager`` graphs, exported graphs). Knows nothing about Inductor's configuration: what the
+backend lowering the graph does is the :class:`~autofunc.passes.policy.Policy` it is given, and
+the decisions are made by querying :class:`~autofunc.passes.alias.AliasAnalysis`.
 
 Note [Pipeline]
 The pass runs in phases, one module each:
@@ -16,14 +17,18 @@ The pass runs in phases, one module each:
 3. rewrite (this module): the direct op call on the buffer or its clone, then the scatters that
    put back what was written in place are folded (``scatters.py``), self-copies removed, fresh
    outputs in a written input copied at the end and saved ones kept from the backward's reuse;
-4. backend repairs (``inductor_repairs.py``), only with ``for_inductor``: graph rewrites that
-   work around Inductor's lowering, before and after the rewrite.
+4. backend repairs, the ``before`` and ``after`` of the :class:`~autofunc.passes.policy.Policy`
+   given: graph rewrites that work around the backend's lowering, before the facts are gathered
+   and after the rewrite. ``GENERIC`` has none; ``INDUCTOR`` (``inductor_repairs.py``) works
+   around Inductor's. The policy also says what rules R5, R8 and R9 and the rewrite respect
+   about the backend (``policy.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import operator
+import warnings
 from typing import Any
 
 import torch
@@ -60,18 +65,12 @@ from .facts import (
     _saved_tensors,
     _written,
 )
-from .inductor_repairs import (
-    _as_strided_of_roots,
-    _explicit_as_strided_offsets,
-    _inductor_drops_view_offsets,
-    _keep_old_copy_sources,
-    _separate_outputs_from_inputs,
-)
+from .inductor_repairs import INDUCTOR  # only for the deprecated for_inductor=True
 from .lazy_reads import Realization, hoist_before, realize_before
+from .policy import GENERIC, Policy
 from .report import CallReport, Decision, Reason, Report
-from .rules import RULES, Rule, _decide, _lazy_under_inductor, _Query
+from .rules import RULES, Rule, _decide, _Query
 from .scatters import _fold_scatters
-from .share_views import share_input_views
 
 __all__ = ["RULES", "Rule", "reinplace"]
 
@@ -85,7 +84,8 @@ def reinplace(
     *,
     enable: bool = True,
     is_inference: bool | None = None,
-    for_inductor: bool = False,
+    policy: Policy | None = None,
+    for_inductor: bool | None = None,
 ) -> Report:
     """Rewrite every autofunc HOP call in ``gm`` into a direct call of its op.
 
@@ -112,13 +112,13 @@ def reinplace(
     R2   no fake value                       ``NO_VALUE``: nothing to analyse
     R3   module constant                     ``CONSTANT``
     R4   buffer overlaps itself              ``OVERLAPS_ITSELF``: a stride-0 value the graph computes
-    R5   layout Inductor chooses             ``UNFIXED_LAYOUT`` (Inductor only)
+    R5   layout Inductor chooses             ``UNFIXED_LAYOUT`` (``Policy.chooses_layouts``)
     R6   one memory, two mutable buffers     ``SAME_BUFFER_TWICE``: an overlapping buffer of the
                                              call is already written in place
     R7   read by the same call               ``READ_BY_CALL``: another argument reads what it writes
     R8   graph input: copied back            ``GRAPH_INPUT``, ``VIEW_OF_INPUT``, ``RETURNED_INPUT``,
                                              ``SAVED_OUTPUT``, ``RETURNED_VERSION``
-    R9   lazy read under Inductor            ``LAZY_READ`` (Inductor only)
+    R9   lazy read under Inductor            ``LAZY_READ`` (``Policy.lazy_reader``)
     R10  old value read later                ``READ_LATER``
     ==== =================================== ==================================================
 
@@ -141,34 +141,38 @@ def reinplace(
         enable: ``False`` only decomposes the HOPs, cloning every buffer.
         is_inference: whether ``gm`` is an inference graph; ``None`` (unknown) is treated as a
             training graph (only the reason R8 gives depends on it).
-        for_inductor: emit clones and aliased arguments the way Inductor lowers soundly
-            (Note [Clones for Inductor]), and keep the clone of a buffer that Inductor may read
-            lazily after the write (``Reason.LAZY_READ``, Note [Lazy reads under Inductor]).
+        policy: what the backend that lowers ``gm`` does that the rules and the rewrite must
+            respect (:class:`~autofunc.passes.policy.Policy`); ``None`` is ``GENERIC``, a
+            backend that runs the graph as it stands. The Inductor glue passes ``INDUCTOR``
+            (``autofunc.passes.inductor_repairs``).
+        for_inductor: deprecated (one release), use ``policy``: ``True`` is ``INDUCTOR``,
+            ``False`` ``GENERIC``.
 
     Returns:
         A :class:`Report` with one :class:`CallReport` per HOP call.
+
+    Raises:
+        TypeError: both ``policy`` and ``for_inductor`` given.
     """
+    policy = _policy(policy, for_inductor)
     hops = _mutation_nodes(gm.graph)
     report = Report(graph=type(gm).__name__)
     if not hops:
         return report
     _check_vals(hops)
-    if for_inductor:
-        _keep_old_copy_sources(gm.graph)
-        _as_strided_of_roots(gm.graph)
+    for repair in policy.before:  # step 4, before the facts
+        repair(gm.graph)
     out = gm.graph.output_node()
     regenerated = _outputs_regenerated_from_inputs(out)
     ctx = _Pass(
         gm=gm,
-        analysis=AliasAnalysis(
-            gm.graph, lazy_reader=_lazy_under_inductor if for_inductor else None
-        ),
+        analysis=AliasAnalysis(gm.graph, lazy_reader=policy.lazy_reader),
         epilogue=_epilogue_copies(gm.graph),
         outputs=_output_nodes(out, regenerated),
         fake_mode=fake_mode_of([n.meta.get("val") for n in gm.graph.nodes]),
         enable=enable,
         training=not is_inference,
-        for_inductor=for_inductor,
+        policy=policy,
         saved=None if is_inference else _saved_tensors(out),
         regenerated=regenerated,
     )
@@ -178,15 +182,31 @@ def reinplace(
     _remove_self_copies(gm.graph)
     _copy_returned_inputs(ctx)
     _keep_saved_inputs(ctx)
-    if for_inductor:
-        _separate_outputs_from_inputs(ctx)
-        share_input_views(gm.graph)  # fewer view nodes for Inductor to lower
-        if _inductor_drops_view_offsets():
-            _explicit_as_strided_offsets(gm.graph)
-    else:  # Inductor lints the graph itself once its post-grad passes are done
+    for repair in policy.after:  # step 4, after the rewrite
+        repair(ctx)
+    if policy.lint:
         gm.graph.lint()
     gm.recompile()
     return report
+
+
+def _policy(policy: Policy | None, for_inductor: bool | None) -> Policy:
+    """``policy``, or the one the deprecated ``for_inductor`` stands for."""
+    if for_inductor is None:
+        return GENERIC if policy is None else policy
+    if policy is not None:
+        raise TypeError(
+            "autofunc.reinplace takes policy= or the deprecated for_inductor=, not both; "
+            "drop for_inductor"
+        )
+    warnings.warn(
+        "autofunc.reinplace(for_inductor=...) is deprecated and will be removed in the next "
+        "release: pass policy=autofunc.passes.inductor_repairs.INDUCTOR for True, or nothing "
+        "(autofunc.passes.policy.GENERIC) for False",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return INDUCTOR if for_inductor else GENERIC
 
 
 def _mutation_nodes(graph: fx.Graph) -> list[fx.Node]:
@@ -231,7 +251,9 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
             )
             log.debug("%s %s %s: %s %s", node.name, m.op_name, buf.args, reason.value, detail)
             mine = [outs.pop(key) for key in keys[k] if key in outs]  # this buffer's outputs
-            aliased = _aliased_args(buf, _written(analysis, buf)) if ctx.for_inductor else False
+            # Note [Clones for Inductor]: aliasing arguments need one fixed layout
+            fix = ctx.policy.fix_aliased_layouts
+            aliased = fix and _aliased_args(buf, _written(analysis, buf))
             if reason is Reason.INPLACE:
                 root = analysis.root[analysis.version[buf.node]]
                 if root.op == "placeholder":
@@ -284,10 +306,10 @@ def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
     Inductor computes that view's elements into a buffer of their own for the op, one more
     allocation of the view's size, and then the buffer itself. An ``as_strided`` alias of the
     whole buffer makes Inductor compute the buffer once, with exactly its strides, and hand the
-    op a view of it. Graph inputs are computed already.
+    op a view of it. Graph inputs are computed already. (``Policy.pin_views_of_unrealized``.)
     """
     return (
-        ctx.for_inductor
+        ctx.policy.pin_views_of_unrealized
         and buf.node.op != "placeholder"
         and not all(c.is_alias for c in buf.chains)
     )

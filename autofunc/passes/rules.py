@@ -1,16 +1,15 @@
 """Phase 2 of the re-inplace pass: the soundness rules. Each rule looks at one buffer of one
 call (a :class:`_Query`) and returns why it must be cloned, or ``None``; ``RULES`` asks them in
-order and :func:`_decide` returns the first objection. Nothing here rewrites the graph.
+order and :func:`_decide` returns the first objection. What a rule must respect about the
+backend (R5, R8, R9) it reads off ``ctx.policy`` (``policy.py``). Nothing here rewrites the graph.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import operator
 from typing import Callable, NamedTuple
 
-import torch
 import torch.fx as fx
 
 from ..hops.adapter import Mutation
@@ -31,10 +30,6 @@ from .facts import (
 from .lazy_reads import Realization, plan_hoist, plan_realization
 from .report import Reason
 from .scatters import _SAME_BYTES, _all_scatters_fold, _is_view_chain
-
-_aten = torch.ops.aten
-
-
 
 # -- step 2: decide ---------------------------------------------------------------------------
 
@@ -96,7 +91,7 @@ def _unfixed_layout(q: _Query) -> Verdict:
     fixed (Note [Clones for Inductor]); contiguous buffers, graph inputs and whole buffers keep
     their own layout."""
     ctx, buf = q.ctx, q.buf
-    if not ctx.for_inductor or buf.node.op == "placeholder":
+    if not ctx.policy.chooses_layouts or buf.node.op == "placeholder":
         return None
     whole = all(c.is_alias for c in buf.chains) and not _aliased_args(buf, q.written)
     if whole or (
@@ -207,7 +202,11 @@ def _view_of_input(ctx: _Pass, buf: _Buffer, root: fx.Node, out: fx.Node | None)
     """
     if not _is_view_chain(buf.node, root):
         return Reason.VIEW_OF_INPUT
-    if ctx.for_inductor and out is not None and not _all_scatters_fold(ctx.analysis, out, buf.node):
+    if (
+        ctx.policy.scatters_must_fold
+        and out is not None
+        and not _all_scatters_fold(ctx.analysis, out, buf.node)
+    ):
         return Reason.VIEW_OF_INPUT
     return None
 
@@ -300,14 +299,16 @@ def _lazy_read(q: _Query) -> Verdict:
     # memory in place: it does not order such pending reads before a custom op's mutation.
     # PyTorch's own re-inplacing miscompiles this case. Where computing those values before the
     # call costs less than a clone of the buffer, the rewrite does that instead (Note [Lazy
-    # reads computed before the call] in lazy_reads.py).
+    # reads computed before the call] in lazy_reads.py). Which nodes are lazy is the policy's
+    # (``Policy.lazy_reader``; none under GENERIC).
     ctx = q.ctx
-    if not ctx.for_inductor:
+    lazy = ctx.policy.lazy_reader
+    if lazy is None:
         return None
     readers = ctx.analysis.reads_before_used_after(q.node, q.buf.node, q.written)
     if not readers:
         return None
-    plan = plan_realization(q.node, readers, ctx.outputs, _lazy_under_inductor)
+    plan = plan_realization(q.node, readers, ctx.outputs, lazy)
     if plan is not None and plan.nbytes < _nbytes(q.buf.node.meta.get("val")):
         q.realize, q.lazy_readers = plan, tuple(readers)
         return None
@@ -322,15 +323,16 @@ def _read_later(q: _Query) -> Verdict:
     later = [r for r in readers if r > q.node]
     if not later:
         return None
-    if ctx.for_inductor:
-        earlier = [*q.lazy_readers, *(r for r in readers if r < q.node and _lazy_under_inductor(r))]
+    lazy = ctx.policy.lazy_reader
+    if lazy is not None:  # Note [Reads moved back before the call]: only where reads are lazy
+        earlier = [*q.lazy_readers, *(r for r in readers if r < q.node and lazy(r))]
         analysis = ctx.analysis
 
         def written_here(node: fx.Node) -> bool:
             return any(analysis.same_memory(node, b.node) for b in q.inplace)
 
         plan = plan_hoist(
-            q.node, later, earlier, ctx.outputs, _lazy_under_inductor, VIEW_OPS, written_here
+            q.node, later, earlier, ctx.outputs, lazy, VIEW_OPS, written_here
         )
         if plan is not None and plan.nbytes < _nbytes(q.buf.node.meta.get("val")):
             q.realize = plan
@@ -369,29 +371,3 @@ def _decide(q: _Query) -> tuple[Reason, str]:
         if verdict is not None:
             return verdict
     return Reason.INPLACE, ""
-
-
-# Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
-# not deferred); every other aten op may be fused into a kernel that runs where its result is
-# first needed.
-_EXTERN_READERS = frozenset(
-    {
-        _aten.mm.default,
-        _aten.addmm.default,
-        _aten.bmm.default,
-        _aten.baddbmm.default,
-        _aten.convolution.default,
-        _aten.copy_.default,  # the epilogue: it reads the final version, never an old one
-    }
-)
-
-
-def _lazy_under_inductor(reader: fx.Node) -> bool:
-    """Whether Inductor may evaluate ``reader`` later than its place in the graph (an element
-    of a lazy node's tuple is as lazy as the node)."""
-    target = reader.target
-    if target is operator.getitem and isinstance(reader.args[0], fx.Node):
-        return _lazy_under_inductor(reader.args[0])
-    if not isinstance(target, torch._ops.OpOverload):
-        return False  # HOPs, getitem, output
-    return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS

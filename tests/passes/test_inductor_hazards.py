@@ -402,7 +402,7 @@ def test_offsets_made_explicit_where_inductor_drops_them(strategy_name, monkeypa
     # Found on torch 2.11 (fuzz seed 1234 #203): the span clone's views are as_strided of a
     # slice of the clone, which that Inductor placed at the clone's start. On a torch without
     # the bug the rewrite is forced here: the program must stay right with it.
-    from autofunc.passes import reinplace as pass_module
+    from autofunc.passes import inductor_repairs as pass_module
 
     monkeypatch.setattr(pass_module, "_inductor_drops_view_offsets", lambda: True)
     with autofunc.override(strategy_name, fuzz.OPS):
@@ -436,7 +436,7 @@ def fuzz_seed0_0(a):  # fuzz seed 0 #0, wrong under v1 on torch 2.11 (views of a
 def test_explicit_offsets_keep_programs_right(program, strategy_name, monkeypatch):
     # The rewrite forced on this torch: views of graph inputs (an fp8 view of the second layer
     # of a uint8 cache, written over the first on torch 2.11's CUDA) and of computed buffers.
-    from autofunc.passes import reinplace as pass_module
+    from autofunc.passes import inductor_repairs as pass_module
 
     monkeypatch.setattr(pass_module, "_inductor_drops_view_offsets", lambda: True)
     if program == "fuzz_seed0_0":
@@ -455,7 +455,7 @@ def test_explicit_offsets_keep_programs_right(program, strategy_name, monkeypatc
 def test_explicit_as_strided_offsets_rewrites_views_of_computed_buffers():
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from autofunc.passes.reinplace import _explicit_as_strided_offsets
+    from autofunc.passes.inductor_repairs import _explicit_as_strided_offsets
 
     def f(x):
         buf = x + 1  # a computed buffer
@@ -496,7 +496,7 @@ def kv_write_then_read(kv):
 def test_equal_views_of_an_input_are_lowered_once(strategy_name, monkeypatch):
     # The pass regenerates kv[l][0] and kv[l][1] for the write, and the later read takes the
     # same views again: the merge leaves one node per view, and the program stays right.
-    from autofunc.passes import reinplace as pass_module
+    from autofunc.passes import inductor_repairs as pass_module
 
     merged = []
     real = pass_module.share_input_views

@@ -9,6 +9,8 @@ import torch
 import autofunc
 from autofunc import Reason
 from autofunc.hops.adapter import mutation_targets
+from autofunc.passes.inductor_repairs import INDUCTOR
+from autofunc.passes.policy import GENERIC
 from autofunc.testing import compile_capture, count_targets, run_against_eager
 from tools import corpus
 
@@ -384,8 +386,8 @@ def test_view_of_input_without_copy_back_is_cloned():
     assert torch.equal(cache, before)
 
 
-@pytest.mark.parametrize("for_inductor", [False, True])
-def test_the_pass_leaves_no_cyclic_garbage(strategy, for_inductor):
+@pytest.mark.parametrize("policy", [GENERIC, INDUCTOR], ids=str)
+def test_the_pass_leaves_no_cyclic_garbage(strategy, policy):
     # Garbage in reference cycles is freed only by the cyclic GC, whose full collections walk
     # the whole heap of a compiling process: the pass makes none (bench-compile counts the
     # collections that fire inside it). The first run may initialize torch's own lazy state (a
@@ -410,7 +412,7 @@ def test_the_pass_leaves_no_cyclic_garbage(strategy, for_inductor):
         gc.collect()
         gc.disable()
         try:
-            report = autofunc.reinplace(gm, for_inductor=for_inductor)
+            report = autofunc.reinplace(gm, policy=policy)
             garbage = gc.collect()
         finally:
             gc.enable()

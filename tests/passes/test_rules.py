@@ -12,6 +12,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from autofunc import Reason
 from autofunc.passes import rules as R
 from autofunc.passes.facts import _Buffer
+from autofunc.passes.policy import GENERIC
 
 
 def _query(buf_node, *, enable=True, version=None, root=None):
@@ -19,7 +20,7 @@ def _query(buf_node, *, enable=True, version=None, root=None):
         version={} if version is None else version,
         root={} if root is None else root,
     )
-    ctx = types.SimpleNamespace(enable=enable, analysis=analysis, for_inductor=False)
+    ctx = types.SimpleNamespace(enable=enable, analysis=analysis, policy=GENERIC)
     buf = _Buffer(buf_node, 0, ["x"], [])
     return R._Query(ctx, None, None, buf, [buf])
 
