@@ -9,11 +9,11 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 import autofunc
 from autofunc import Reason
-from autofunc.bench import corpus
 from autofunc.passes.inductor_repairs import INDUCTOR
 from autofunc.passes.policy import GENERIC, Policy
 from autofunc.passes.report import Report
 from autofunc.testing import compile_capture, same_result
+from tools import corpus
 
 
 def lazy_read(x, y):
