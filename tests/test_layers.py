@@ -1,0 +1,94 @@
+"""The package's import graph matches the layers in docs/architecture.md: every import of one
+part from another goes down a layer (lazy imports included), and no module-level imports form
+a circle."""
+
+import ast
+from pathlib import Path
+
+import autofunc
+
+ROOT = Path(autofunc.__file__).parent
+
+LAYERS = [
+    {"errors", "symbolic"},
+    {"schema", "views"},
+    {"regions"},
+    {"hops"},
+    {"guards"},
+    {"passes", "registry"},
+    {"inductor", "testing"},
+    {"explain"},
+    {"__init__"},
+    {"bench"},
+    {"cli"},
+    {"__main__"},
+]
+LAYER = {part: i for i, parts in enumerate(LAYERS) for part in parts}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
+    return mods
+
+
+def _imports(name: str, path: Path, mods: dict, top_only: bool) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in tree.body if top_only else ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                full = f"{target}.{alias.name}"
+                out.add(full if full in mods else target)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m in mods and m != name}
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_every_part_has_a_layer():
+    mods = _modules()
+    assert {_part(m) for m in mods} <= set(LAYER), {_part(m) for m in mods} - set(LAYER)
+
+
+def test_imports_go_down_the_layers():
+    mods = _modules()
+    wrong = [
+        f"{m} imports {d}"
+        for m, path in mods.items()
+        for d in _imports(m, path, mods, top_only=False)
+        if _part(d) != _part(m) and LAYER[_part(d)] >= LAYER[_part(m)]
+    ]
+    assert not wrong, wrong
+
+
+def test_no_import_circles():
+    mods = _modules()
+    graph = {m: _imports(m, p, mods, top_only=True) for m, p in mods.items()}
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in graph[m]:
+            assert state.get(d) != 1, " -> ".join([*path, m, d])
+            if d not in state:
+                visit(d, [*path, m])
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m, [])
