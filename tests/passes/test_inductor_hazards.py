@@ -566,15 +566,6 @@ def saved_before_call(x, y):
     return saved
 
 
-def columns_around_calls(x, y):
-    b = x + 1
-    before = b[:, 0] * 1.0
-    add_row(b[1], y)
-    after = b[:, 0] + 0
-    add_row(x[2], y)
-    return before, after, x[:, 1] * 3
-
-
 def chain_read_before(x, y):
     b = x * 2
     c = b[:, 1:3] + 1  # a lazy chain: b is fused into c, c into d, d computed at the output
@@ -616,12 +607,26 @@ def _row_reports(fn, *inputs):
 
 @pytest.mark.parametrize(
     "fn",
-    [saved_before_call, columns_around_calls, chain_read_before, sum_read_after, columns_read_after],
+    [saved_before_call, chain_read_before, sum_read_after, columns_read_after],
 )
 def test_lazy_read_computed_before_the_call(row_strategy, fn):
     decisions = _row_reports(fn, torch.randn(6, 5), torch.randn(5))
     assert decisions and all(d.inplace for d in decisions), [d.explain() for d in decisions]
     assert any("computed before the call" in d.detail for d in decisions)
+
+
+@pytest.mark.parametrize("strategy_name", ["v1", "v2"])
+def test_columns_read_around_two_calls(strategy_name):
+    # the corpus's reads_around_calls: a column of y read before and after a call on y[1], then
+    # a call on the input's x[2]: each read is computed where eager computes it, no clone
+    regs = corpus.register_all(strategy_name)
+    try:
+        program = corpus.PROGRAMS["reads_around_calls"]
+        decisions = _row_reports(program.fn, *program.inputs())
+    finally:
+        for r in regs:
+            r.remove()
+    assert len(decisions) == 2 and all(d.inplace for d in decisions), decisions
 
 
 def test_lazy_read_bigger_than_the_clone_keeps_the_clone(row_strategy):
