@@ -275,3 +275,17 @@ def _nbytes(val: Any) -> int:
         return 0
     n = val.numel() * val.element_size()
     return int(n) if isinstance(n, int) else int(n.node.hint or 0)
+
+
+def _users_through_views(node: fx.Node) -> list[fx.Node]:
+    """The nodes that use ``node`` or a chain of views of it (the views themselves included)."""
+    out, todo, seen = [], [node], {node}
+    while todo:
+        for user in todo.pop().users:
+            if user in seen:
+                continue
+            seen.add(user)
+            out.append(user)
+            if user.op == "call_function" and user.target in VIEW_OPS:
+                todo.append(user)
+    return out

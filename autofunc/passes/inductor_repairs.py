@@ -19,7 +19,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from ..hops.adapter import mutation_targets
 from .alias import VIEW_OPS
 from .emit import FRESH_ALIAS, emit_clone
-from .facts import _Pass, _view_base
+from .facts import _Pass, _users_through_views, _view_base
 from .policy import Policy
 from .share_views import share_input_views
 
@@ -201,20 +201,6 @@ def _hoist_copy(
     anchor.append(copy)
     order[copy] = order[anchor] + 0.5  # between the anchor and the node after it
     return True
-
-
-def _users_through_views(node: fx.Node) -> list[fx.Node]:
-    """The nodes that use ``node`` or a chain of views of it (the views themselves included)."""
-    out, todo, seen = [], [node], {node}
-    while todo:
-        for user in todo.pop().users:
-            if user in seen:
-                continue
-            seen.add(user)
-            out.append(user)
-            if user.op == "call_function" and user.target in VIEW_OPS:
-                todo.append(user)
-    return out
 
 
 def _may_write(user: fx.Node, base: fx.Node) -> bool:

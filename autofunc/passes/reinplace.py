@@ -112,7 +112,8 @@ def reinplace(
     R2   no fake value                       ``NO_VALUE``: nothing to analyse
     R3   module constant                     ``CONSTANT``
     R4   buffer overlaps itself              ``OVERLAPS_ITSELF``: a stride-0 value the graph computes
-    R5   layout Inductor chooses             ``UNFIXED_LAYOUT`` (``Policy.chooses_layouts``)
+    R5   layout Inductor chooses             ``UNFIXED_LAYOUT``, ``LAYOUT_FIXED_LATE``
+                                             (``Policy.chooses_layouts``)
     R6   one memory, two mutable buffers     ``SAME_BUFFER_TWICE``: an overlapping buffer of the
                                              call is already written in place
     R7   read by the same call               ``READ_BY_CALL``: another argument reads what it writes

@@ -39,6 +39,10 @@ class Reason(enum.Enum):
         "Inductor chooses this computed buffer's layout, and the views the op gets assume the "
         "recorded strides, which are not contiguous"
     )
+    LAYOUT_FIXED_LATE = (
+        "Inductor would fix this computed buffer's layout (its recorded strides are not "
+        "contiguous) only at the call, after other nodes used the layout it had"
+    )
     OVERLAPS_ITSELF = (
         "it overlaps itself (a stride-0 view the graph computes); the op gets a dense copy"
     )

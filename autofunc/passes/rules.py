@@ -24,6 +24,7 @@ from .facts import (
     _output_of,
     _output_positions,
     _Pass,
+    _users_through_views,
     _view_base,
     _written,
 )
@@ -93,12 +94,20 @@ def _unfixed_layout(q: _Query) -> Verdict:
     ctx, buf = q.ctx, q.buf
     if not ctx.policy.chooses_layouts or buf.node.op == "placeholder":
         return None
-    whole = all(c.is_alias for c in buf.chains) and not _aliased_args(buf, q.written)
-    if whole or (
-        contiguous_or_false(buf.node.meta["val"]) and contiguous_or_false(q.root.meta["val"])
-    ):
+    if contiguous_or_false(buf.node.meta["val"]) and contiguous_or_false(q.root.meta["val"]):
         return None
-    return Reason.UNFIXED_LAYOUT, buf.node.name
+    whole = all(c.is_alias for c in buf.chains) and not _aliased_args(buf, q.written)
+    if not whole:
+        return Reason.UNFIXED_LAYOUT, buf.node.name
+    # Note [A layout fixed after it was used]
+    # A whole buffer keeps Inductor's layout until the op, which needs exactly the recorded
+    # strides, fixes it: Inductor changes a flexible layout in place then, also when another
+    # node already took a view of the buffer under the layout it had (``v = b.t()`` read by an
+    # extern kernel before ``op(b)``): that view then reads the wrong elements (fuzz seed
+    # 20261249 #3; PyTorch's built-in is wrong the same way). Such a buffer is cloned.
+    if any(u is not q.node and u < q.node for u in _users_through_views(buf.node)):
+        return Reason.LAYOUT_FIXED_LATE, buf.node.name
+    return None
 
 
 def _same_buffer_twice(q: _Query) -> Verdict:

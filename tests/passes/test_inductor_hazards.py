@@ -681,3 +681,34 @@ def test_realization_plan_is_the_frontier_and_its_cost():
     assert plan.nbytes == 4 * 4 + 4 * 5 * 4
     returned = plan_realization(call, [n["mul"]], [n["sum_1"], n["add_1"]], lazy)
     assert returned.nbytes == 0
+
+
+# -- a layout Inductor fixes at the call, after a view used it (fuzz seed 20261249 #3) --------
+
+
+def permuted_view_read_before_the_call(b):
+    v0 = b.t()
+    b.mul_(0.5)  # b's new value: a computed buffer with b's permuted strides
+    r2 = v0.cumsum(0)  # an extern reads a view of it before the op fixes its layout
+    fuzz.m1(b, r2)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_layout_fixed_after_a_view_used_it(fuzz_strategy):
+    # Note [A layout fixed after it was used]: in place, the cumsum read b.t() of the layout
+    # Inductor had first chosen (PyTorch's built-in is wrong the same way); the clone keeps it
+    from autofunc.inductor import collect_reports
+
+    torch._dynamo.reset()
+    with (
+        autofunc.override(fuzz_strategy, fuzz.OPS),
+        inductor_config.patch(fx_graph_cache=False),
+        collect_reports() as reports,
+    ):
+        torch.manual_seed(0)
+        check_inductor(
+            permuted_view_read_before_the_call,
+            torch.randn(2, 3, dtype=torch.float64).permute(1, 0),
+        )
+    (d,) = [d for r in reports for c in r.calls for d in c.decisions]
+    assert d.reason is autofunc.Reason.LAYOUT_FIXED_LATE
