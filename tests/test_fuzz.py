@@ -143,3 +143,12 @@ def test_a_failure_pytorch_shares_is_a_limitation():
     failure = fuzz.check(program, "v2", "capture")
     assert failure is not None and failure.kind == "limitation", failure
     assert failure.message.startswith("PyTorch's own handling fails alike")
+
+
+def test_messages_are_compared_up_to_numbers():
+    # seed 20261253 #9: Inductor's scheduler raises KeyError: 'op4' under v1 where the
+    # built-in's graph, a node shorter, gets 'op3': the same PyTorch failure
+    from tools.fuzzing.check import _up_to_numbers
+
+    assert _up_to_numbers("KeyError: 'op4'") == _up_to_numbers("KeyError: 'op3'")
+    assert _up_to_numbers("KeyError: 'op4'") != _up_to_numbers("KeyError: 'buf4'")

@@ -712,3 +712,20 @@ def test_layout_fixed_after_a_view_used_it(fuzz_strategy):
         )
     (d,) = [d for r in reports for c in r.calls for d in c.decisions]
     assert d.reason is autofunc.Reason.LAYOUT_FIXED_LATE
+
+
+# -- a pinned view of a buffer Inductor has not computed yet (fuzz seed 20261253 #28) ---------
+
+
+def one_element_of_a_constant_twice(a):
+    t = torch.ones(5, dtype=torch.float64).select(0, -2).clone()  # the clone is a no-op to
+    fuzz.m2(t, t, t.cumsum(0))  # Inductor: the op writes element 3 of ones(5), twice aliased
+    return (t,)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_pinned_view_of_an_unrealized_buffer_keeps_its_offset(fuzz_strategy):
+    # Note [Pinning a view of a computed buffer]: the pin used to land at element 0
+    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        check_inductor(one_element_of_a_constant_twice, torch.randn(5, dtype=torch.float64))
