@@ -302,6 +302,19 @@ class AliasAnalysis:
         self.version[new] = self.version[like]
         self.position[new] = self.position[like]
 
+    def add_value(self, node: fx.Node, position: int, readers: Iterable[fx.Node]) -> None:
+        """Record a fresh storage the pass inserted at ``position`` (``node``), read by
+        ``readers`` (nodes already in the graph). Their reads count as still needed until the
+        end of the graph (their lazy chains are not followed)."""
+        self.position[node] = position
+        self._record_version(node)
+        key = self.version[node]
+        end = len(self.position) + 1 << 40
+        for r in sorted(readers, key=lambda u: self.position.get(u, position)):
+            read = _Read(self.position.get(r, position), r, node, live_until=end)
+            self.reads[key].append(read)
+            self._reads_by.setdefault(r, []).append(read)
+
     def merge(self, base: fx.Node, new: fx.Node) -> None:
         """Record that ``new``'s version now lives in ``base``'s memory (an in-place write)."""
         a = self.memory_class(self.version[base])

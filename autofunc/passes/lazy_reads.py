@@ -192,11 +192,8 @@ def realize_before(ctx: Any, call: fx.Node, plan: Realization) -> None:
         with graph.inserting_before(call):
             empty = emit(ctx, _aten.empty_like.default, (f,))
             copied = emit(ctx, _aten.copy_.default, (empty, f))
-        if f in analysis.version and analysis.root[analysis.version[f]] is f:
-            # the buffer Inductor computes f into. A view of another value is copied into a
-            # buffer of its own instead: left out of the analysis, so a later call given it
-            # keeps a clone (its regions would be in the other value's coordinates)
-            analysis.track(copied, f)
-            analysis.position[copied] = analysis.position[call]
+        # a buffer of its own for the analysis: every use of f after the call now reads it
+        # (Inductor computes f into it, or copies a view into it)
+        analysis.add_value(copied, analysis.position[call], later)
         for u in later:
             u.replace_input_with(f, copied)

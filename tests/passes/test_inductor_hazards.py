@@ -729,3 +729,24 @@ def test_pinned_view_of_an_unrealized_buffer_keeps_its_offset(fuzz_strategy):
     with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
         torch._dynamo.reset()
         check_inductor(one_element_of_a_constant_twice, torch.randn(5, dtype=torch.float64))
+
+
+def realized_view_given_to_a_later_call(a):
+    r0 = a.sum() * -2.0
+    v1 = r0.unsqueeze(0)  # read before the first call, given to the third after it
+    r2 = v1.amax() + v1.mean()
+    o3 = fuzz.mret(r2, r0)
+    fuzz.m3([a], o3)
+    return (fuzz.mret(v1, r2),)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_realized_value_given_to_a_later_call(fuzz_strategy):
+    # fuzz seed 20261253 #34: the value computed before the first call is a buffer of the
+    # analysis (AliasAnalysis.add_value) that a later call may take; it used to have no version
+    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        check_inductor(
+            realized_view_given_to_a_later_call, torch.randn(5, 2, 2, dtype=torch.float64)
+        )
