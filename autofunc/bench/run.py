@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from . import cases, worker
+from . import cases, triton_point, worker
 from .sweep import STRATEGIES, Sweep
 
 __all__ = ["Record", "measure_point", "run_sweep"]
@@ -135,24 +135,8 @@ def _register(program: cases.Program, strategy: str) -> list:
 
     regs = [autofunc.register(op, strategy=autofunc_strategy) for op in program.ops]
     if program.triton:
-        regs.append(_TritonSwitch())
+        regs.append(triton_point.TritonSwitch())
     return regs
-
-
-class _TritonSwitch:
-    """``autofunc.reinplace_triton_kernels()`` on until ``remove()``, which puts it back."""
-
-    def __init__(self) -> None:
-        from ..hops import triton as adapter
-        from ..inductor import reinplace_triton_kernels
-
-        self._was = adapter.enabled()
-        reinplace_triton_kernels(True)
-
-    def remove(self) -> None:
-        from ..inductor import reinplace_triton_kernels
-
-        reinplace_triton_kernels(self._was)
 
 
 def _compile_config(strategy: str) -> contextlib.ExitStack:
@@ -177,52 +161,10 @@ def _measure(
     sweep: Sweep, program: cases.Program, strategy: str, record: Record, rss: bool
 ) -> None:
     if program.triton and not sweep.device.startswith("cuda"):
-        _measure_graph(program, strategy, record)
+        triton_point.measure_graph(program, STRATEGIES[strategy], record)
         return
     compiled, args, eager_args = _compile_and_check(sweep, program, strategy, record)
     _time_and_memory(sweep, program.fn, eager_args, compiled, args, record, rss)
-
-
-def _measure_graph(program: cases.Program, strategy: str, record: Record) -> None:
-    """A program launching user Triton kernels, on CPU: Inductor cannot generate its code
-    without a GPU, so the compiled step is Inductor's post-grad graph (``user_triton``: a stub
-    sm90 target, the kernels run by Triton's interpreter). Its memory above eager is what that
-    graph allocates (eager writes the cache in place: 0 B); its result is that graph run on
-    fresh inputs, checked against eager. No times: nothing compiled runs."""
-    from ..inductor import last_reports
-    from ..testing import same_result
-    from . import user_triton
-
-    eager_args = program.make_args()
-    expected = (program.eager_fn or program.fn)(*eager_args)
-    record.eager_allocated = record.eager_peak = 0
-    if not STRATEGIES[strategy].compiled:
-        record.correct, record.clones, record.allocated, record.peak = True, 0, 0, 0
-        record.mem_above_eager, record.compile_s = 0, 0.0
-        return
-    args = program.make_args()
-    last_reports(clear=True)
-    t0 = time.perf_counter()
-    with user_triton.gpu_target():
-        gm = user_triton.post_grad_graph(program.fn, list(args))
-    record.compile_s = time.perf_counter() - t0
-    user_triton.interpret_kernels()
-    got = gm(*args)
-    got = got[0] if isinstance(got, (tuple, list)) and len(got) == 1 else got
-    record.mismatch = [
-        name
-        for name, ok in [
-            ("output", same_result(expected, got)),
-            *((f"arg{i}", same_result(e, a)) for i, (e, a) in enumerate(zip(eager_args, args))),
-        ]
-        if not ok
-    ]
-    record.correct = not record.mismatch
-    reports = last_reports(clear=True)
-    record.clones = sum(r.num_clones for r in reports) if STRATEGIES[strategy].strategy else None
-    if STRATEGIES[strategy].strategy:
-        record.bytes_cloned = sum(r.bytes_cloned for r in reports)
-    record.allocated = record.peak = record.mem_above_eager = user_triton.allocated_bytes(gm)
 
 
 def _compile_and_check(
