@@ -57,7 +57,6 @@ from .facts import (
     _Buffer,
     _buffers,
     _epilogue_copies,
-    _flat_outputs,
     _nbytes,
     _output_nodes,
     _outputs_regenerated_from_inputs,
@@ -67,6 +66,7 @@ from .facts import (
 )
 from .inductor_repairs import INDUCTOR  # only for the deprecated for_inductor=True
 from .lazy_reads import Realization, hoist_before, realize_before
+from .outputs import _copy_returned_inputs, _keep_saved_inputs, _remove_self_copies
 from .policy import GENERIC, Policy
 from .report import CallReport, Decision, Reason, Report
 from .rules import RULES, Rule, _decide, _Query
@@ -367,60 +367,3 @@ def _check_vals(hops: list[fx.Node]) -> None:
                     f"autofunc.reinplace needs fake values in meta['val'] (node {arg.name}, an "
                     f"input of {hop.name}, has none); run FakeTensorProp on the graph first"
                 )
-
-
-def _in_written_input(ctx: _Pass, value: Any) -> bool:
-    """Whether ``value`` now lives in the memory of a graph input some call wrote in place."""
-    return (
-        isinstance(value, fx.Node)
-        and value in ctx.analysis.version
-        and any(ctx.analysis.same_memory(value, i) for i in ctx.written_inputs)
-    )
-
-
-def _copy_returned_inputs(ctx: _Pass) -> None:
-    """Return a copy of each fresh output that now lives in a graph input's memory because a
-    call wrote that input in place (Note [Returned values of written inputs]); the copy is made
-    at the end of the graph, where the input holds the value the output denotes."""
-    if not ctx.written_inputs:
-        return
-    graph = ctx.gm.graph
-    out = graph.output_node()
-    clones: dict[fx.Node, fx.Node] = {}
-    # regenerated outputs are the input's in eager too; saved ones are kept out of the
-    # backward's reuse instead (Note [Saved values of written inputs])
-    keep = set(ctx.regenerated) | set(ctx.saved.positions if ctx.saved is not None else ())
-
-    def separate(i: int, arg: Any) -> Any:
-        if i in keep or not _in_written_input(ctx, arg):
-            return arg
-        if arg not in clones:
-            with graph.inserting_before(out):
-                clones[arg] = emit_clone(ctx, arg)
-        return clones[arg]
-
-    flat = _flat_outputs(out)
-    if flat is not None:
-        out.args = (type(flat)(separate(i, a) for i, a in enumerate(flat)),)
-    else:
-        out.args = fx.node.map_arg(out.args, lambda a: separate(-1, a))
-
-
-def _keep_saved_inputs(ctx: _Pass) -> None:
-    """Keep the backward from reusing the memory of a saved tensor that a call wrote into a
-    graph input in place (Note [Saved values of written inputs])."""
-    saved = ctx.saved
-    if saved is None or not ctx.written_inputs:
-        return
-    flat = _flat_outputs(ctx.gm.graph.output_node())
-    drop = {saved.donated_index(p) for p in saved.positions if _in_written_input(ctx, flat[p])}
-    if drop:
-        saved.donated[:] = [i for i in saved.donated if i not in drop]
-
-
-def _remove_self_copies(graph: fx.Graph) -> None:
-    """``copy_(x, x)`` is what an epilogue copy-back becomes once its buffer is written in place."""
-    for n in list(graph.find_nodes(op="call_function", target=_aten.copy_.default)):
-        if n.args[0] is n.args[1]:
-            n.replace_all_uses_with(n.args[0])
-            graph.erase_node(n)

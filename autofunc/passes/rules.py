@@ -231,7 +231,7 @@ def _returned_copy_back(ctx: _Pass, copy: fx.Node) -> Reason | None:
     which eager never returns for a fresh tensor (pytorch#195451, where PyTorch's built-in
     returns exactly that). When each such output *is* that value (the same version, not an
     older one that shares its memory), the input holds it at the end of the graph, so the
-    output is copied there (``_copy_returned_inputs``): the copy eager made, never a copy of
+    output is copied there (``outputs._copy_returned_inputs``): the copy eager made, never a copy of
     the whole input. In a training graph the output may also be saved for the backward, which
     AOTAutograd may let overwrite it, so the clone stays.
     """
@@ -258,7 +258,7 @@ def _only_saved(ctx: _Pass, outputs: list[fx.Node]) -> bool:
     is the caller's buffer, which the backward would then overwrite (PyTorch's built-in does
     exactly that: the buffer is wrong after ``backward()``). When every output in that memory
     is such a saved tensor and is the value copied back, the pass writes in place and drops the
-    tensor from ``bw_donated_idxs`` (``_keep_saved_inputs``): the backward reads the buffer, as
+    tensor from ``bw_donated_idxs`` (``outputs._keep_saved_inputs``): the backward reads the buffer, as
     eager's backward reads the tensor it saved. A user output there keeps the clone.
     """
     saved = ctx.saved
