@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["guard_current_compile", "drop_compiled_code"]
+__all__ = ["compile_lock", "drop_compiled_code", "guard_current_compile"]
 
 log = logging.getLogger("autofunc.guards")
 
@@ -109,3 +109,23 @@ def drop_compiled_code() -> int:
     if dropped:
         log.info("dropped the compiled code of %d frames", dropped)
     return dropped
+
+
+def compile_lock() -> Any:
+    """Dynamo's lock around compiling a frame (a re-entrant lock), taken by every change of the
+    registrations.
+
+    Note [Registrations wait for compiles]
+    A frame's functionalization decides each call by the registrations current at that moment,
+    and its guard on the registrations is built once the compile ends (Note [Guarding on the
+    registrations]). A registration changed by another thread in between left the frame's code
+    guarded as valid for a state it was not compiled under: a graph of PyTorch's
+    ``auto_functionalized_v2`` for an op that then had autofunc's Functionalize kernel, whose
+    run raised "Cannot auto-functionalize op" (issue 18, item 9b). Dynamo holds this lock for
+    a whole frame compile, tracing, backend and guards included, so a registration change
+    waits for a compile in flight, and the frames compiled before it are guarded on the state
+    they saw. The same thread may hold it already (a registration inside a backend).
+    """
+    from torch._dynamo import convert_frame
+
+    return convert_frame.compile_lock

@@ -478,3 +478,33 @@ def test_core_ops_are_refused(op):
         autofunc.register(op)
     assert info.value.op.split("::")[0] in ("aten", "prims")
     assert torch.compile(lambda x: x.add_(1), backend="aot_eager")(torch.zeros(2)).eq(1).all()
+
+
+# -- registrations and compiles in other threads (Note [Registrations wait for compiles]) -------
+
+
+def test_a_registration_waits_for_a_compile_in_flight():
+    import threading
+
+    from torch._dynamo import convert_frame
+
+    ns = f"aftest_registry{next(_counter)}"
+
+    @torch.library.custom_op(f"{ns}::bump_", mutates_args={"x"})
+    def bump_(x: torch.Tensor) -> None:
+        x.add_(1)
+
+    changed = []
+    convert_frame.compile_lock.acquire()  # another thread compiling a frame holds this
+    try:
+        thread = threading.Thread(target=lambda: changed.append(autofunc.register(bump_)))
+        thread.start()
+        thread.join(0.5)
+        assert thread.is_alive() and not changed  # the registration waits
+        assert registered_strategy(bump_._opoverload) is None
+    finally:
+        convert_frame.compile_lock.release()
+    thread.join(30)
+    assert changed and registered_strategy(bump_._opoverload) == "v2"
+    changed[0].remove()
+    assert registered_strategy(bump_._opoverload) is None

@@ -45,9 +45,10 @@ class Registration:
     _generation: int
 
     def remove(self) -> None:
-        for name in self.ops:
-            _state.release(name, self._generation)
-        _release_if_unused()
+        with guards.compile_lock():  # Note [Registrations wait for compiles]
+            for name in self.ops:
+                _state.release(name, self._generation)
+            _release_if_unused()
 
     def __enter__(self) -> Registration:
         return self
@@ -91,17 +92,19 @@ def register(
             anything is registered, naming the op and the argument).
     """
     infos = _infos(op, "autofunc.register", strategy)
-    gen = _state.new_generation()
-    first_time = False
-    for info in infos:
-        first_time |= _route(info, cpp_functionalize)
-        _state.claim(info.qualname, strategy, gen)
-        log.debug("registered %s with strategy %s", info.qualname, strategy)
-    if first_time:
-        # Frames compiled before this op was ever registered ran no autofunc code, so they carry
-        # no guard on the registrations (Note [Guarding on the registrations]): recompile them.
-        guards.drop_compiled_code()
-    _install_pass()
+    with guards.compile_lock():  # Note [Registrations wait for compiles]
+        gen = _state.new_generation()
+        first_time = False
+        for info in infos:
+            first_time |= _route(info, cpp_functionalize)
+            _state.claim(info.qualname, strategy, gen)
+            log.debug("registered %s with strategy %s", info.qualname, strategy)
+        if first_time:
+            # Frames compiled before this op was ever registered ran no autofunc code, so they
+            # carry no guard on the registrations (Note [Guarding on the registrations]):
+            # recompile them.
+            guards.drop_compiled_code()
+        _install_pass()
     return Registration(tuple(i.qualname for i in infos), strategy, gen)
 
 
@@ -126,18 +129,22 @@ def override(strategy: str | None, ops: Iterable[Any] = ()):
         if ops
         else [op_info(resolve(name)) for name in _state.strategies()]
     )
-    saved = _state.snapshot(i.qualname for i in infos)
+    lock = guards.compile_lock()  # Note [Registrations wait for compiles]: each change, not the
+    with lock:  # block (compiles in the block run in this thread or wait for the change alone)
+        saved = _state.snapshot(i.qualname for i in infos)
     try:
-        for info in infos:
+        with lock:
+            for info in infos:
+                if strategy is not None:
+                    # An op keeps the Functionalize kernel it has (registered on request).
+                    _route(info, True if _state.has_kernel(info.qualname) else None)
+                _state.set_strategy(info.qualname, strategy)
             if strategy is not None:
-                # An op keeps the Functionalize kernel it has (registered on request).
-                _route(info, True if _state.has_kernel(info.qualname) else None)
-            _state.set_strategy(info.qualname, strategy)
-        if strategy is not None:
-            _install_pass()
+                _install_pass()
         yield
     finally:
-        _state.restore(saved)
+        with lock:
+            _state.restore(saved)
 
 
 def _infos(op: Any, who: str, strategy: str) -> list[OpInfo]:
