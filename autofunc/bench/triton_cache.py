@@ -89,18 +89,13 @@ def measure(layers: int, device: str = "cpu") -> Row:
 def _builtin_and_autofunc(bytes_of: Callable[[], int]) -> dict[str, int]:
     """``bytes_of()`` under PyTorch's handling of the kernels, then under autofunc's; the
     switch is left as it was."""
-    from ..hops import triton as adapter
-    from ..inductor import reinplace_triton_kernels
+    from .triton_point import TritonSwitch
 
-    before = adapter.enabled()
-    try:
-        out = {}
-        for label, on in (("builtin", False), ("autofunc", True)):
-            reinplace_triton_kernels(on)
+    out = {}
+    for label, on in (("builtin", False), ("autofunc", True)):
+        with TritonSwitch(on):
             out[f"{label}_bytes"] = bytes_of()
-        return out
-    finally:
-        reinplace_triton_kernels(before)
+    return out
 
 
 def _graph_bytes(fn: Callable, args: list) -> int:

@@ -19,19 +19,26 @@ __all__ = ["TritonSwitch", "measure_graph"]
 
 
 class TritonSwitch:
-    """``autofunc.reinplace_triton_kernels()`` on until ``remove()``, which puts it back."""
+    """``autofunc.reinplace_triton_kernels(on)`` until ``remove()`` (or the end of a ``with``
+    block), which puts the switch back as it was."""
 
-    def __init__(self) -> None:
+    def __init__(self, on: bool = True) -> None:
         from ..hops import triton as adapter
         from ..inductor import reinplace_triton_kernels
 
         self._was = adapter.enabled()
-        reinplace_triton_kernels(True)
+        reinplace_triton_kernels(on)
 
     def remove(self) -> None:
         from ..inductor import reinplace_triton_kernels
 
         reinplace_triton_kernels(self._was)
+
+    def __enter__(self) -> TritonSwitch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
 
 
 def measure_graph(program: Program, config: Config, record: Any) -> None:

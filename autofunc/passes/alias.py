@@ -16,10 +16,9 @@ Imports ``views`` only (to describe regions); nothing here knows about HOP seman
 
 from __future__ import annotations
 
-import logging
-
 import bisect
 import dataclasses
+import logging
 import operator
 from typing import Any, Iterable
 
@@ -125,7 +124,7 @@ class AliasAnalysis:
         self._members: dict[Any, list[Any]] = {}
         self._ids: dict[int, int] = {}  # fake storage (its address) -> its version
         # Per memory class, the members a query may still find something in (Note [Exhausted
-        # versions]): one list for first_read_after, one for read_before_used_after.
+        # versions]): one list for reads_after, one for reads_before_used_after.
         self._live_later: dict[Any, list[Any]] = {}
         self._live_lazy: dict[Any, list[Any]] = {}
         self._cursor: dict[Any, int] = {}
@@ -160,7 +159,7 @@ class AliasAnalysis:
         for reads in self.reads.values():
             for r in reads:
                 r.live_until = due[r.node] if lazy[r.node] else -1
-        self._pending: dict[Any, list[_Read]] = {}  # see read_before_used_after
+        self._pending: dict[Any, list[_Read]] = {}  # see reads_before_used_after
         self._pending_cursor: dict[Any, int] = {}
 
     # -- building -------------------------------------------------------------------------
@@ -309,7 +308,7 @@ class AliasAnalysis:
         self.position[node] = position
         self._record_version(node)
         key = self.version[node]
-        end = len(self.position) + 1 << 40
+        end = len(self.position)  # past every position
         for r in sorted(readers, key=lambda u: self.position.get(u, position)):
             read = _Read(self.position.get(r, position), r, node, live_until=end)
             self.reads[key].append(read)
@@ -342,13 +341,6 @@ class AliasAnalysis:
         self._parent[b] = a
         self._members[a].extend(self._members.pop(b))
 
-    def read_before_used_after(
-        self, node: fx.Node, buffer: fx.Node, written: list[Region]
-    ) -> fx.Node | None:
-        """The first of :meth:`reads_before_used_after`, or ``None``."""
-        hits = self.reads_before_used_after(node, buffer, written)
-        return hits[0] if hits else None
-
     def reads_before_used_after(
         self, node: fx.Node, buffer: fx.Node, written: list[Region]
     ) -> list[fx.Node]:
@@ -379,20 +371,9 @@ class AliasAnalysis:
         self._drop(live, exhausted)
         return list(dict.fromkeys(hits))
 
-    def first_read_after(
-        self, node: fx.Node, buffer: fx.Node, written: list[Region]
-    ) -> fx.Node | None:
-        """The first node after ``node`` that reads, in ``buffer``'s memory class, an element of
-        ``written`` through a version that already exists (an *old* value), or ``None``."""
-        hits = self.reads_after(node, buffer, written, first=True)
-        return hits[0] if hits else None
-
-    def reads_after(
-        self, node: fx.Node, buffer: fx.Node, written: list[Region], first: bool = False
-    ) -> list[fx.Node]:
+    def reads_after(self, node: fx.Node, buffer: fx.Node, written: list[Region]) -> list[fx.Node]:
         """The nodes after ``node`` that read, in ``buffer``'s memory class, an element of
-        ``written`` through a version that already exists (an *old* value), in graph order
-        (``first``: only the earliest).
+        ``written`` through a version that already exists (an *old* value), in graph order.
 
         Positions only grow across the pass's calls, so each version's cursor only moves
         forward: the total work over a whole pass is linear in the number of reads.
@@ -415,12 +396,8 @@ class AliasAnalysis:
                 read = reads[i]
                 if self._hits(key, read, written):
                     hits.append(read)
-                    if first:
-                        break
         self._drop(live, exhausted)
         hits.sort(key=lambda r: r.pos)
-        if first:
-            hits = hits[:1]
         return list(dict.fromkeys(r.node for r in hits))
 
     # Note [Exhausted versions]

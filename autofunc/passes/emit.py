@@ -11,7 +11,6 @@ decides nothing. Symbolic sizes reach emitted code only as graph nodes (``geomet
 from __future__ import annotations
 
 import logging
-
 import operator
 from typing import Any
 
@@ -277,21 +276,6 @@ def pin_layout(ctx: Any, buf: fx.Node) -> fx.Node:
     """
     if buf.op == "placeholder":  # a graph input's layout is fixed already
         return buf
-    # Note [Pinning a view of a computed buffer]
-    # Inductor's as_strided keeps the offset of a view only when the view has a layout: a view of
-    # a buffer not computed yet (``full(...).select(0, 3)``) has none, and the pin would land at
-    # offset 0 (fuzz seed 20261253 #28: the op wrote element 0, the graph returned element 3).
-    # So a view of a computed buffer is pinned on that buffer, at its offset from it, where the
-    # buffer is laid out densely as recorded and the offset is known.
-    root = buf
-    while root.op == "call_function" and root.target in VIEW_OPS and root.args:
-        if root.target is _aten.view.dtype:
-            break
-        root = root.args[0]
-    if root is not buf and root.op != "placeholder" and contiguous_or_false(root.meta["val"]):
-        rel = buf.meta["val"].storage_offset() - root.meta["val"].storage_offset()
-        if not is_symbolic(rel):
-            return emit_as_strided(ctx, root, *geometry_of(ctx, buf), int(rel))
     return emit_as_strided(ctx, buf, *geometry_of(ctx, buf), 0)
 
 

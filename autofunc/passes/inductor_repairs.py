@@ -77,8 +77,9 @@ def _inductor_drops_view_offsets() -> bool:
         return torch.__version__ < "2.12"
 
 
-def _explicit_as_strided_offsets(graph: fx.Graph) -> None:
-    """Give every offset-less ``as_strided`` of a view the view's root and an explicit offset:
+def _explicit_as_strided_offsets(graph: fx.Graph, inputs_too: bool = True) -> None:
+    """Give every offset-less ``as_strided`` of a view (of a computed buffer only, unless
+    ``inputs_too``) the view's root and an explicit offset:
     ``as_strided(view, size, stride)`` -> ``as_strided(root, size, stride, k)``, where ``k`` is
     the view's offset from the root's start (through a ``view(dtype)`` of the root where the
     view has another dtype of the same item size).
@@ -107,6 +108,8 @@ def _explicit_as_strided_offsets(graph: fx.Graph) -> None:
         ):
             root = root.args[0]
         if root is src or not isinstance(root, fx.Node):
+            continue
+        if root.op == "placeholder" and not inputs_too:
             continue
         sval, rval = src.meta.get("val"), root.meta.get("val")
         if not (isinstance(sval, torch.Tensor) and isinstance(rval, torch.Tensor)):
@@ -294,10 +297,19 @@ def _share_input_views(ctx: _Pass) -> None:
 
 
 def _explicit_offsets_where_dropped(ctx: _Pass) -> None:
-    """``_explicit_as_strided_offsets`` on the torch versions whose Inductor drops a view's
-    offset (Note [as_strided offsets on torch 2.11]); asked when the pass runs, not at import."""
-    if _inductor_drops_view_offsets():
-        _explicit_as_strided_offsets(ctx.gm.graph)
+    """``_explicit_as_strided_offsets`` where this torch's Inductor drops a view's offset: on
+    every view where it drops them all (Note [as_strided offsets on torch 2.11]), else on the
+    views of computed buffers; asked when the pass runs, not at import.
+
+    Note [Pinning a view of a computed buffer]
+    Later Inductor keeps the offset of a view only when the view has a layout: a view of a
+    buffer not computed yet (``ones(5).select(0, 3)``, the base of a call once
+    ``remove_noop_ops`` dropped the program's clone) has none, and ``as_strided`` of it lands at
+    offset 0 (fuzz seed 20261253 #28: an op given that element twice, its layout pinned,
+    wrote element 0 and the graph returned element 3). A buffer Inductor computes starts at
+    offset 0, so the explicit offset is right there on every version.
+    """
+    _explicit_as_strided_offsets(ctx.gm.graph, inputs_too=_inductor_drops_view_offsets())
 
 
 # -- what Inductor evaluates lazily (R9) ------------------------------------------------------
@@ -345,7 +357,8 @@ INDUCTOR = Policy(
     after=(
         _separate_outputs_from_inputs,  # Note [Returned scatters under Inductor]
         _share_input_views,
-        _explicit_offsets_where_dropped,  # Note [as_strided offsets on torch 2.11]
+        _explicit_offsets_where_dropped,  # Notes [as_strided offsets on torch 2.11], [Pinning a
+        # view of a computed buffer]
     ),
     lint=False,  # Inductor lints the graph itself once its post-grad passes are done
 )

@@ -47,12 +47,13 @@ from typing import Any, NamedTuple
 import torch
 from torch import fx
 
+from .alias import VIEW_OPS
 from .emit import emit
 from .facts import _nbytes
 
 _aten = torch.ops.aten
 
-__all__ = ["Realization", "hoist_before", "plan_hoist", "plan_realization", "realize_before"]
+__all__ = ["Realization", "plan_hoist", "plan_realization", "realize_before"]
 
 
 class Realization(NamedTuple):
@@ -112,7 +113,7 @@ _MOVABLE = frozenset(
 )
 
 
-def _movable(node: fx.Node, views: frozenset) -> bool:
+def _movable(node: fx.Node) -> bool:
     target = node.target
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
         return False
@@ -120,7 +121,7 @@ def _movable(node: fx.Node, views: frozenset) -> bool:
         return False
     if torch.Tag.nondeterministic_seeded in target.tags:
         return False
-    return target in _MOVABLE or target in views or torch.Tag.pointwise in target.tags
+    return target in _MOVABLE or target in VIEW_OPS or torch.Tag.pointwise in target.tags
 
 
 def plan_hoist(
@@ -129,7 +130,6 @@ def plan_hoist(
     earlier: Iterable[fx.Node],
     outputs: list[fx.Node],
     is_lazy: Any,
-    views: frozenset,
     written_here: Any,
 ) -> Realization | None:
     """The cheaper way to read the old value before ``call`` (Note [Reads moved back before
@@ -143,7 +143,7 @@ def plan_hoist(
     moved: dict[fx.Node, None] = {}
 
     def movable(n: fx.Node) -> bool:
-        return _movable(n, views) and not any(written_here(a) for a in n.all_input_nodes)
+        return _movable(n) and not any(written_here(a) for a in n.all_input_nodes)
 
     def need(n: fx.Node) -> bool:
         if n in moved or n < call:
@@ -178,14 +178,11 @@ def plan_hoist(
     return min(plans, key=lambda p: p.nbytes, default=None)
 
 
-def hoist_before(ctx: Any, call: fx.Node, plan: Realization) -> None:
-    """Move the plan's readers to just before ``call``, in their order."""
+def realize_before(ctx: Any, call: fx.Node, plan: Realization) -> None:
+    """Move the plan's readers to just before ``call`` (in their order), then compute each of
+    its frontier nodes there and make their later users read that."""
     for n in plan.moved:
         call.prepend(n)
-
-
-def realize_before(ctx: Any, call: fx.Node, plan: Realization) -> None:
-    """Compute each node of ``plan`` just before ``call`` and make its later users read that."""
     graph, analysis = ctx.gm.graph, ctx.analysis
     for f in plan.nodes:
         later = [u for u in f.users if u is not call and (u.op == "output" or u > call)]

@@ -65,7 +65,7 @@ from .facts import (
     _written,
 )
 from .inductor_repairs import INDUCTOR  # only for the deprecated for_inductor=True
-from .lazy_reads import Realization, hoist_before, realize_before
+from .lazy_reads import Realization, realize_before
 from .outputs import _copy_returned_inputs, _keep_saved_inputs, _remove_self_copies
 from .policy import GENERIC, Policy
 from .report import CallReport, Decision, Reason, Report
@@ -237,7 +237,6 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
             if reason is Reason.INPLACE and query.realize is not None:
                 # Note [Reads moved back before the call], Note [Lazy reads computed before
                 # the call]
-                hoist_before(ctx, node, query.realize)
                 realize_before(ctx, node, query.realize)
                 detail = _realized_detail(query.realize)
             decisions.append(

@@ -15,7 +15,7 @@ import torch.fx as fx
 from ..hops.adapter import Mutation
 from ..regions import Region
 from ..symbolic import contiguous_or_false, overlaps_itself
-from .alias import SCATTER_VIEWS, VIEW_OPS
+from .alias import SCATTER_VIEWS
 from .facts import (
     _aliased_args,
     _Buffer,
@@ -341,7 +341,7 @@ def _read_later(q: _Query) -> Verdict:
             return any(analysis.same_memory(node, b.node) for b in q.inplace)
 
         plan = plan_hoist(
-            q.node, later, earlier, ctx.outputs, lazy, VIEW_OPS, written_here
+            q.node, later, earlier, ctx.outputs, lazy, written_here
         )
         if plan is not None and plan.nbytes < _nbytes(q.buf.node.meta.get("val")):
             q.realize = plan

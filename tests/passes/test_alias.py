@@ -38,13 +38,13 @@ def test_regions_and_overlap_within_a_version():
     assert an.may_overlap(a, [an.region(a)], y, [an.region(y)])
 
 
-def test_first_read_after_sees_only_the_written_region():
+def test_reads_after_see_only_the_written_region():
     gm, n = _trace(_rows, torch.randn(3, 4))
     an = AliasAnalysis(gm.graph)
     a, b = n["select"], n["select_1"]
     # as if a call at ``select_1`` wrote row 0, then row 1
-    assert an.first_read_after(b, a, [an.region(a)]) is n["sum_1"]
-    assert an.first_read_after(b, b, [an.region(b)]) is n["sum_2"]
+    assert an.reads_after(b, a, [an.region(a)])[0] is n["sum_1"]
+    assert an.reads_after(b, b, [an.region(b)])[0] is n["sum_2"]
 
 
 def test_lazy_read_before_a_write_still_needed_after():
@@ -59,9 +59,9 @@ def test_lazy_read_before_a_write_still_needed_after():
     eager = AliasAnalysis(gm.graph, lazy_reader=lambda node: False)
     call, y = n["sum_1"], n["clone"]
     row0 = lazy.region(n["select"])
-    assert lazy.read_before_used_after(call, y, [row0]) is n["mul"]
+    assert lazy.reads_before_used_after(call, y, [row0])[0] is n["mul"]
     # a read evaluated where it stands is done before the call
-    assert eager.read_before_used_after(call, y, [eager.region(n["select"])]) is None
+    assert eager.reads_before_used_after(call, y, [eager.region(n["select"])]) == []
 
 
 def test_merge_joins_memory_classes():
