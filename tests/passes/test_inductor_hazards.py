@@ -750,3 +750,29 @@ def test_a_realized_value_given_to_a_later_call(fuzz_strategy):
         check_inductor(
             realized_view_given_to_a_later_call, torch.randn(5, 2, 2, dtype=torch.float64)
         )
+
+
+# -- open: fuzz seed 20261255 #237 (PyTorch's built-in is wrong too) ------------------------
+
+
+def clone_of_an_input_view_written_later(a, b):
+    fuzz.m3way(b, a, b)
+    v0 = b.view(2, 2)
+    r1 = v0.sum() * 0.5
+    t2 = v0.clone()  # Inductor's remove_noop_ops makes t2 a view of the input b
+    fuzz.m1(v0, v0)
+    fuzz.m3way(a, r1, t2)
+    return (t2,)
+
+
+@pytest.mark.xfail(strict=True, reason="open: t2 is read after the copy-back into b")
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_clone_of_an_input_view_written_by_a_later_call(fuzz_strategy):
+    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        check_inductor(
+            clone_of_an_input_view_written_later,
+            torch.randn(3, dtype=torch.float64),
+            torch.randn(4, dtype=torch.float64),
+        )
