@@ -280,6 +280,26 @@ class AliasAnalysis:
             key = self._parent[key]
         return key
 
+    def input_of(self, node: fx.Node) -> fx.Node | None:
+        """The graph input (placeholder) whose memory ``node``'s value lives in, or ``None``.
+
+        Note [Values merged into an input's memory]
+        A version's root is where its storage began: a view taken of a call's output before the
+        pass ran (``v = out.view(2, 2)``) keeps that output's version, also after an earlier
+        call was written in place and its output merged into a graph input's memory. Such a
+        view *is* the input's memory from then on, so a later write into it is a write of the
+        input (fuzz seed 20261255 #237). The memory class holds at most one input: merges join
+        a call's fresh output to the memory it was written into, never two inputs.
+        """
+        if node not in self.version:
+            return None
+        cls = self.memory_class(self.version[node])
+        for key in self._members[cls]:
+            root = self.root[key]
+            if root.op == "placeholder":
+                return root
+        return None
+
     def same_memory(self, a: fx.Node, b: fx.Node) -> bool:
         if a not in self.version or b not in self.version:
             return False

@@ -255,8 +255,8 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
             fix = ctx.policy.fix_aliased_layouts
             aliased = fix and _aliased_args(buf, _written(analysis, buf))
             if reason is Reason.INPLACE:
-                root = analysis.root[analysis.version[buf.node]]
-                if root.op == "placeholder":
+                root = analysis.input_of(buf.node)
+                if root is not None:
                     ctx.written_inputs.add(root)
                 new_bufs.append(buf.node)
                 pin = aliased or _realize_whole(ctx, buf)

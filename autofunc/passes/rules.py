@@ -151,8 +151,9 @@ def _graph_input(q: _Query) -> Verdict:
     (``dist.all_reduce``) or a later call's clone may make it; the copy overwrites the whole
     input either way. Without a copy after the call, the input must keep its old value.
     """
-    ctx, root = q.ctx, q.root
-    if root.op != "placeholder":
+    ctx = q.ctx
+    root = ctx.analysis.input_of(q.buf.node)  # Note [Values merged into an input's memory]
+    if root is None:
         return None
     root = _own_input(q.buf.node, root)
     copy = ctx.epilogue.get(root)

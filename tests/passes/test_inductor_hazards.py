@@ -752,7 +752,7 @@ def test_a_realized_value_given_to_a_later_call(fuzz_strategy):
         )
 
 
-# -- open: fuzz seed 20261255 #237 (PyTorch's built-in is wrong too) ------------------------
+# -- fuzz seed 20261255 #237 (PyTorch's built-in is wrong too): Note [Values merged into an input's memory]
 
 
 def clone_of_an_input_view_written_later(a, b):
@@ -765,7 +765,6 @@ def clone_of_an_input_view_written_later(a, b):
     return (t2,)
 
 
-@pytest.mark.xfail(strict=True, reason="open: t2 is read after the copy-back into b")
 @pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
 def test_a_clone_of_an_input_view_written_by_a_later_call(fuzz_strategy):
     with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
