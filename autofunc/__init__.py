@@ -9,6 +9,8 @@ Public API:
 * :func:`explain`: compile a function and report where every mutable buffer went.
 * :func:`reinplace_triton_kernels`: let the pass handle user Triton kernels too
   (``torch.library.wrap_triton`` / ``triton_op``); off by default.
+* :func:`reinplace_nested_regions`: whether the pass handles ``nested_compile_region`` calls
+  that write their inputs; on by default.
 """
 
 from .errors import (
@@ -42,6 +44,7 @@ __all__ = [
     "reinplace",
     "explain",
     "reinplace_triton_kernels",
+    "reinplace_nested_regions",
     "Report",
     "CallReport",
     "Decision",
@@ -81,6 +84,6 @@ def __getattr__(name: str):  # Note [Inductor imported when first needed]
 
     if name == "inductor":
         return importlib.import_module(".inductor", __name__)
-    if name == "reinplace_triton_kernels":  # lives with the Inductor glue
-        return importlib.import_module(".inductor", __name__).reinplace_triton_kernels
+    if name in ("reinplace_triton_kernels", "reinplace_nested_regions"):  # the Inductor glue's
+        return getattr(importlib.import_module(".inductor", __name__), name)
     raise AttributeError(f"module 'autofunc' has no attribute {name!r}")

@@ -30,6 +30,7 @@ except ImportError:  # pragma: no cover
 
 from . import registry
 from .guards import guard_current_compile
+from .hops import subgraph as _subgraph
 from .hops import triton as _triton
 from .passes.inductor_repairs import INDUCTOR
 from .passes.reinplace import reinplace
@@ -39,6 +40,7 @@ __all__ = [
     "collect_reports",
     "install_pass",
     "last_reports",
+    "reinplace_nested_regions",
     "reinplace_triton_kernels",
     "uninstall_pass",
 ]
@@ -135,7 +137,7 @@ class ReinplacePass(_Base):
         guard_current_compile(registry.state_token)
         own = hashlib.sha256(
             f"{_source_digest()};reinplace={inductor_config_enabled()};"
-            f"triton={_triton.enabled()}".encode()
+            f"triton={_triton.enabled()};regions={_subgraph.enabled()}".encode()
         )
         then = self.then.uuid() if hasattr(self.then, "uuid") else repr(self.then)
         return (own.hexdigest(), registry.state_token(), then)
@@ -262,3 +264,16 @@ def reinplace_triton_kernels(enabled: bool = True) -> None:
         install_pass()
     elif not registry.registrations():
         uninstall_pass()
+
+
+def reinplace_nested_regions(enabled: bool = True) -> None:
+    """Let autofunc's pass decide the clones of ``nested_compile_region`` calls that write
+    their inputs (``enabled``, the default), or leave them to PyTorch's re-inplacing.
+
+    Such a region reaches the graph as PyTorch's ``auto_functionalized_v2`` around
+    ``invoke_subgraph``, whatever op inside it writes; while the pass is installed (an op is
+    registered, or ``reinplace_triton_kernels()`` is on) autofunc's rules decide its clones and
+    the pass declares the region's writes to Inductor, which does not see them otherwise (Note
+    [Writes Inductor cannot see]). Process-wide. See ``autofunc/hops/subgraph.py``.
+    """
+    _subgraph.enable(enabled)

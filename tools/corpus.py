@@ -654,6 +654,26 @@ def nested_region_row(x, y):
     return out, buf[1] + 1
 
 
+@_nested_region
+def _layer_region(h, kv_l):
+    add_(kv_l[0, 0], h)  # write this layer's first K row
+    return h * 2 + kv_l[1, 0]  # read its first V row
+
+
+@program(
+    lambda: (torch.randn(256), torch.zeros(4, 2, 64, 256)),
+    "a nested_compile_region per layer writing its layer's cache (an invoke_subgraph: used "
+    "four times), with a row of the last layer read before the first region",
+    # the old row, computed before the region that writes it, and each region's output
+    necessary_bytes=5 * 1024,
+)
+def region_kv_layers(h, kv):
+    before = kv[3, 0, 0] * 2
+    for layer in range(kv.shape[0]):
+        h = _layer_region(h, kv[layer])
+    return h, before
+
+
 @program(
     lambda: (torch.randn(64, 256), torch.randn(256)),
     "reads of the base through other views before and after the op",

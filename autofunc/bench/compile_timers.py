@@ -117,9 +117,13 @@ class Timers:
 _OLDEST = len(gc.get_threshold()) - 1  # the generation a full collection collects
 
 
-def _count(graph: torch.fx.Graph, targets: tuple) -> tuple[int, int]:
-    """(calls of ``targets``, all nodes) in ``graph``."""
-    hops = sum(1 for n in graph.nodes if n.op == "call_function" and n.target in targets)
+def _count(graph: torch.fx.Graph, targets: tuple, pred: Any = None) -> tuple[int, int]:
+    """(calls of ``targets`` that ``pred`` accepts, all nodes) in ``graph``."""
+    hops = sum(
+        1
+        for n in graph.nodes
+        if n.op == "call_function" and n.target in targets and (pred is None or pred(n))
+    )
     return hops, len(graph.nodes)
 
 
@@ -130,7 +134,7 @@ def install_timers(config: str) -> Timers:
     from torch._inductor.fx_passes import post_grad
 
     from .. import inductor
-    from ..hops.adapter import mutation_targets
+    from ..hops.adapter import accepted, mutation_targets
     from ..registry import routing
 
     builtin = (builtin_hops.auto_functionalized, builtin_hops.auto_functionalized_v2)
@@ -138,7 +142,11 @@ def install_timers(config: str) -> Timers:
     mine = config.startswith("autofunc")
     timers = Timers()
     timers.wrap(
-        inductor, "reinplace", "autofunc_pass", lambda gm, **_: _count(gm.graph, ours), mine
+        inductor,
+        "reinplace",
+        "autofunc_pass",
+        lambda gm, **_: _count(gm.graph, ours, accepted),
+        mine,
     )
     timers.wrap(
         post_grad,

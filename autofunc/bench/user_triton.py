@@ -217,8 +217,16 @@ def post_grad_graph(fn: Callable, args: list) -> fx.GraphModule:
     graphs: list[fx.GraphModule] = []
     run_passes = compile_fx._recursive_post_grad_passes
 
+    depth = [0]
+
     def record(gm: fx.GraphModule, is_inference: bool = False) -> None:
-        run_passes(gm, is_inference)
+        depth[0] += 1  # the passes of a region's subgraph run from its caller's, through here
+        try:
+            run_passes(gm, is_inference)
+        finally:
+            depth[0] -= 1
+        if depth[0]:
+            return
         graphs.append(gm)
         raise _Stop
 

@@ -1,4 +1,6 @@
 """autofunc's HOPs: ``autofunc_v1`` and ``autofunc_v2``, and the adapters through which the
-re-inplace pass reads them (``hops.adapter``). Importing the package registers both."""
+re-inplace pass reads functional mutation nodes (``hops.adapter``): both HOPs, PyTorch's
+``auto_functionalized_v2`` around a region (``hops.subgraph``) and, when switched on, user
+Triton kernels (``hops.triton``). Importing the package registers the first three."""
 
-from . import v1, v2  # noqa: F401
+from . import subgraph, v1, v2  # noqa: F401

@@ -38,6 +38,7 @@ __all__ = [
     "DirectCall",
     "Mutation",
     "Slot",
+    "accepted",
     "adapter_for",
     "mutation_targets",
     "register_adapter",
@@ -81,6 +82,12 @@ class DirectCall:
     kwargs: dict[str, Any]
     num_returns: int
     eager_input_vals: bool = True
+    # whether the call returns its outputs as one tuple (``getitem`` of it even for one output)
+    returns_tuple: bool = False
+    # whether the backend sees what the call writes from the call itself (a custom op's schema
+    # says so); else the pass declares the writes around it where the policy asks (Note
+    # [Writes Inductor cannot see] in passes/emit.py)
+    declares_writes: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +147,9 @@ class Mutation:
 
 
 class Adapter(Protocol):
-    """Reads one kind of functional mutation node."""
+    """Reads one kind of functional mutation node. An adapter may also define
+    ``accepts(node) -> bool``: a node of its target it does not accept is left as it is (one
+    target may serve several kinds of call, of which the adapter reads some)."""
 
     strategy: str
 
@@ -171,3 +180,12 @@ def adapter_for(target: Any) -> Adapter | None:
 def mutation_targets() -> tuple[Any, ...]:
     """Every registered kind of functional mutation node."""
     return tuple(_ADAPTERS)
+
+
+def accepted(node: Any) -> bool:
+    """Whether ``node`` is a functional mutation node its target's adapter reads."""
+    adapter = adapter_for(getattr(node, "target", None))
+    if adapter is None:
+        return False
+    accepts = getattr(adapter, "accepts", None)
+    return accepts is None or bool(accepts(node))

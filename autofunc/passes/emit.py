@@ -29,6 +29,7 @@ log = logging.getLogger("autofunc.passes.emit")
 __all__ = [
     "FRESH_ALIAS",
     "NO_VAL",
+    "WRITTEN",
     "emit",
     "emit_as_strided",
     "emit_clone",
@@ -259,6 +260,21 @@ _lib.define("fresh_alias(Tensor(a) x) -> Tensor(a)")
 for _key in ("CompositeExplicitAutograd", "Meta"):
     _lib.impl("fresh_alias", lambda x: _aten.alias.default(x), _key)
 FRESH_ALIAS = torch.ops.autofunc.fresh_alias.default
+
+# Note [Writes Inductor cannot see]
+# Inductor lowers ``invoke_subgraph`` (a ``nested_compile_region``) to an extern call that only
+# *reads* its operands: nothing tells the scheduler that the region writes some of them, so it
+# may move a read of the old value after the call, or a read of the new value (the epilogue's
+# copy-back) before it. PyTorch's own decomposition of ``auto_functionalized_v2`` around
+# ``invoke_subgraph`` is wrong that way (its copy-back of a cloned cache ran before the region).
+# ``autofunc::written(Tensor(a!)[] xs)`` does nothing at run time and declares a write of its
+# buffers: emitted just before such a call and just after it, on the buffers the call writes,
+# it makes Inductor order every earlier read of them before the call (reads of the old value
+# run before a mutation) and every later read after it (they read the mutated buffer).
+_lib.define("written(Tensor(a!)[] xs) -> ()")
+for _key in ("CompositeExplicitAutograd", "Meta"):
+    _lib.impl("written", lambda xs: None, _key)
+WRITTEN = torch.ops.autofunc.written.default
 
 
 def emit_fresh_alias(ctx: Any, node: fx.Node) -> fx.Node:

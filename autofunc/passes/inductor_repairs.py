@@ -18,7 +18,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..hops.adapter import mutation_targets
 from .alias import VIEW_OPS
-from .emit import FRESH_ALIAS, emit_clone
+from .emit import FRESH_ALIAS, WRITTEN, emit_clone
 from .facts import _Pass, _users_through_views, _view_base
 from .policy import Policy
 from .share_views import share_input_views
@@ -350,6 +350,7 @@ INDUCTOR = Policy(
     fix_aliased_layouts=True,  # Note [Clones for Inductor]
     pin_views_of_unrealized=True,  # Note [Views of unrealized buffers under Inductor]
     alias_op=FRESH_ALIAS,  # Note [A fresh alias Inductor keeps]
+    hidden_writes_op=WRITTEN,  # Note [Writes Inductor cannot see]
     before=(
         _keep_old_copy_sources,  # Note [Copies of inputs that the graph mutates]
         _as_strided_of_roots,  # Note [as_strided of a view under Inductor]

@@ -37,7 +37,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from .. import hops as _hops  # noqa: F401 - registers the v1 and v2 adapters
 from ..errors import GraphError
-from ..hops.adapter import Mutation, adapter_for, mutation_targets
+from ..hops.adapter import Mutation, accepted, adapter_for, mutation_targets
 from ..hops.common import Distinct, unpack_outputs
 from .alias import AliasAnalysis
 from .emit import (
@@ -214,7 +214,10 @@ def _mutation_nodes(graph: fx.Graph) -> list[fx.Node]:
     """The calls of every registered functional mutation node, in graph order (looked up by
     target, not by scanning the graph)."""
     return sorted(
-        n for t in mutation_targets() for n in graph.find_nodes(op="call_function", target=t)
+        n
+        for t in mutation_targets()
+        for n in graph.find_nodes(op="call_function", target=t)
+        if accepted(n)
     )
 
 
@@ -279,7 +282,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                 _fold_scatters(ctx, buf.node)
         call, num_returns = _emit_call(ctx, node, m, arg_bases)
     for key, user in outs.items():  # what is left: the op's own outputs
-        repl = call if num_returns == 1 else getitem_of(graph, call, key, user)
+        repl = call if num_returns is None else getitem_of(graph, call, key, user)
         if user in analysis.version:
             analysis.track(repl, user)
         user.replace_all_uses_with(repl)
@@ -317,9 +320,10 @@ def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
 
 def _emit_call(
     ctx: _Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]
-) -> tuple[fx.Node, int]:
+) -> tuple[fx.Node, int | None]:
     """The direct call (``m.direct_call``), with each mutable argument regenerated from its
-    (new) buffer; returns it and how many op outputs it has."""
+    (new) buffer; returns it and how many op outputs it has, ``None`` where the call itself is
+    its one output (else they are ``getitem`` of it)."""
     # Note [Arguments keep their identity] in hops/common.py.
     distinct = Distinct(lambda n: emit_fresh_alias(ctx, n), lambda n: n)
     shared: dict = {}  # the chains' common prefixes, emitted once
@@ -336,19 +340,27 @@ def _emit_call(
     hop_val = node.meta.get("val")
     # An op returning its arguments (Note [Ops that return their arguments]) returns what it
     # is given: its fake kernel says so.
-    if m.info is None:
+    if direct.returns_tuple:
+        val = None if hop_val is None else tuple(hop_val[:n])
+    elif m.info is None:
         val = None if n == 0 else NO_VAL
     elif hop_val is None or m.info.returned_args:
         val = NO_VAL
     else:
         val = unpack_outputs(m.info, tuple(hop_val[:n]))
+    declare = ctx.policy.hidden_writes_op if not direct.declares_writes else None
+    written = list(dict.fromkeys(new_bufs))  # Note [Writes Inductor cannot see] in emit.py
+    if declare is not None and written:
+        emit(ctx, declare, (written,), val=None)
     call = emit(ctx, direct.target, direct.args, direct.kwargs, val=val)
     inherit_unbacked_bindings(call, node, n)  # Note [Unbacked outputs]
     if direct.eager_input_vals:
         # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's
         # inputs to these values, which have exactly the strides eager passes.
         call.meta["eager_input_vals"] = fake_values((direct.args, direct.kwargs))
-    return call, n
+    if declare is not None and written:
+        emit(ctx, declare, (written,), val=None)
+    return call, (None if n == 1 and not direct.returns_tuple else n)
 
 
 def _realized_detail(plan: Realization) -> str:
@@ -361,6 +373,10 @@ def _realized_detail(plan: Realization) -> str:
 def _check_vals(hops: list[fx.Node]) -> None:
     for hop in hops:
         for arg in hop.all_input_nodes:
+            if arg.op == "get_attr" and not isinstance(
+                getattr(arg.graph.owning_module, arg.target, None), torch.Tensor
+            ):
+                continue  # a subgraph or a constant that is no tensor (a region's schema)
             if not isinstance(arg.meta.get("val"), (FakeTensor, torch.SymInt, int)):
                 raise GraphError(
                     f"autofunc.reinplace needs fake values in meta['val'] (node {arg.name}, an "

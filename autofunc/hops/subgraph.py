@@ -1,0 +1,224 @@
+"""Regions that write their inputs: the adapter for PyTorch's ``auto_functionalized_v2`` around
+a higher-order op (``invoke_subgraph``, what a ``torch.compiler.nested_compile_region`` becomes).
+
+A region that writes a tensor it receives (a decoder block writing its layer's cache) reaches
+the functional graph as PyTorch's own node, whatever op inside it writes::
+
+    out = auto_functionalized_v2(invoke_subgraph, subgraph=<get_attr>, identifier="...",
+                                 arg1=x, _arg0_base_index=0, _arg0_size=..., _arg0_stride=...,
+                                 _arg0_storage_offset=..., _all_bases=[kv], _op_schema=<spec>)
+    y, new_kv = out[0], out[1]     # the region's outputs, then one new value per base
+
+Its semantics are those of PyTorch's v2 (Note [Regions are PyTorch's v2 calls]): clone each
+base, regenerate each written operand as a view of its clone (the ``_<arg>_*`` view entries:
+the base itself, an alias, a slice, or ``as_strided``), run the region, return its outputs and
+the clones. This adapter reads it as a :class:`~autofunc.hops.adapter.Mutation`, so autofunc's
+rules decide every clone (where PyTorch's re-inplacing would, after autofunc's pass); the direct
+call is ``invoke_subgraph`` itself on the buffers or their clones, with its writes declared
+around it where the backend cannot see them (Note [Writes Inductor cannot see] in
+passes/emit.py). Nodes around an ``OpOverload`` (PyTorch's handling of an op autofunc does not
+own) are not this adapter's (``accepts``): they stay PyTorch's, as the baseline.
+
+Note [Regions are PyTorch's v2 calls]
+The node is PyTorch's HOP, so its keywords are PyTorch's encoding, read here as facts of
+``auto_functionalized_v2``'s contract: the op's schema travels as a ``get_attr`` of a pytree
+spec (``_op_schema``), each written argument ``a`` as ``_a_base_index`` plus ``_a_alias``,
+``_a_slice_dim/_start/_end`` or ``_a_size/_stride/_storage_offset`` (absolute: counted from
+the start of the base's storage), a list argument as ``_a_length`` and ``_a_<i>_*``. A node
+this module cannot read (another encoding, a missing spec) is left to PyTorch, with a debug
+log saying why.
+
+Imports ``adapter`` and ``views`` only (and PyTorch's HOP objects).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch._ops import HigherOrderOperator
+from torch.utils import _pytree as pytree
+
+from .. import views
+from .adapter import DirectCall, Mutation, Slot, adapter_for, register_adapter, unregister_adapter
+
+__all__ = ["SubgraphAdapter", "enable", "enabled"]
+
+log = logging.getLogger("autofunc.reinplace")
+
+_BUILTIN_V2 = torch.ops.higher_order.auto_functionalized_v2
+# the node's own keywords besides the op's arguments and their view entries
+_OWN = ("_all_bases", "_op_schema", "_only_clone_these_bases")
+
+
+class SubgraphAdapter:
+    """Reads a PyTorch ``auto_functionalized_v2`` call of a higher-order op."""
+
+    strategy = "region"
+
+    def accepts(self, node: Any) -> bool:
+        if not (node.args and isinstance(node.args[0], HigherOrderOperator)):
+            return False
+        try:
+            self.read(node)
+        except Exception:  # an encoding this module does not know: the node stays PyTorch's
+            log.debug("%s: left to PyTorch, not readable as a region call", node, exc_info=True)
+            return False
+        return True
+
+    def read(self, node: Any) -> Mutation:
+        hop: HigherOrderOperator = node.args[0]
+        schema = _schema(node)
+        kwargs = dict(node.kwargs)
+        bases = tuple(kwargs.pop("_all_bases"))
+        for k in _OWN:
+            kwargs.pop(k, None)
+        slots: list[Slot] = []
+        for arg in schema.arguments:
+            if arg.alias_info is None or not arg.alias_info.is_write:
+                continue
+            if f"_{arg.name}_length" in kwargs:  # a list argument
+                length = kwargs.pop(f"_{arg.name}_length")
+                entries = [
+                    _slot(kwargs, f"_{arg.name}_{i}", bases, arg.name, i)
+                    for i in range(length or 0)
+                ]
+                kwargs[arg.name] = None if length is None else [None] * length
+                slots += [s for s in entries if s is not None]
+            else:
+                kwargs[arg.name] = None
+                slot = _slot(kwargs, f"_{arg.name}", bases, arg.name, None)
+                if slot is not None:
+                    slots.append(slot)
+        leftover = [k for k in kwargs if k.startswith("_")]
+        if leftover:
+            raise ValueError(f"unknown view entries {leftover}")
+        hop_val = node.meta.get("val")
+        n = len(hop_val) - len(bases)
+        if n < 0:
+            raise ValueError("fewer outputs than bases")
+        names = [a.name for a in schema.arguments]
+        order = [a.name for a in schema.arguments if not a.kwarg_only]
+
+        def call(tensors: list[Any]) -> DirectCall:
+            full = mutation.call_kwargs(tensors)
+            missing = [k for k in names if k not in full]
+            if missing:
+                raise ValueError(f"no value for {missing}")
+            positional = tuple(full.pop(k) for k in order)
+            return DirectCall(
+                hop,
+                positional,
+                full,
+                n,
+                eager_input_vals=False,
+                returns_tuple=True,
+                declares_writes=False,
+            )
+
+        identifier = kwargs.get("identifier")
+        name = f"{hop.name()}:{identifier}" if isinstance(identifier, str) else hop.name()
+        mutation = Mutation(
+            None,
+            self.strategy,
+            bases,
+            tuple(slots),
+            kwargs,
+            name=name,
+            buffer_keys=tuple(n + i for i in range(len(bases))),
+            call=call,
+        )
+        return mutation
+
+
+def _schema(node: Any) -> Any:
+    """The HOP's schema, from the ``get_attr`` of its pytree spec."""
+    spec = node.kwargs["_op_schema"]
+    if isinstance(spec, torch.fx.Node):
+        spec = getattr(node.graph.owning_module, spec.target)
+    return pytree.tree_unflatten([], spec).schema
+
+
+def _slot(kwargs: dict, prefix: str, bases: tuple, arg: str, index: int | None) -> Slot | None:
+    """The slot a written argument's view entries describe (popped from ``kwargs``), or
+    ``None`` for an absent (``None``) tensor."""
+    base_index = kwargs.pop(f"{prefix}_base_index")
+    if base_index is None:
+        return None
+    if f"{prefix}_alias" in kwargs:
+        kwargs.pop(f"{prefix}_alias")
+        chain = views.ViewChain()
+    elif f"{prefix}_storage_offset" in kwargs:
+        size = kwargs.pop(f"{prefix}_size")
+        stride = kwargs.pop(f"{prefix}_stride")
+        offset = kwargs.pop(f"{prefix}_storage_offset")
+        chain = _strided_chain(bases[base_index].meta["val"], size, stride, offset)
+    elif f"{prefix}_slice_dim" in kwargs:
+        dim = kwargs.pop(f"{prefix}_slice_dim")
+        start = kwargs.pop(f"{prefix}_slice_start")
+        end = kwargs.pop(f"{prefix}_slice_end")
+        step = views.Slice(dim, start, end)
+        if not all(_plain(v) for v in vars(step).values()):
+            raise TypeError(f"a symbolic view step {step} of a region's operand")
+        chain = views.ViewChain((step,))
+    else:  # the base itself
+        chain = views.ViewChain()
+    return Slot(arg, index, base_index, chain)
+
+
+def _strided_chain(base: torch.Tensor, size: Any, stride: Any, offset: Any) -> views.ViewChain:
+    """The chain regenerating an ``as_strided`` view entry (absolute offset) from its base.
+
+    Note [Region views as selects]
+    PyTorch records every written operand that is no alias or slice of its base as
+    ``as_strided`` (``kv[l]`` too). Inductor (torch 2.13) lowers an ``as_strided`` whose
+    storage offset is symbolic at offset 0 of the input, with or without an explicit offset
+    (PyTorch's own decomposition writes every layer's region into layer 0 when shapes are
+    dynamic). So the chain is inferred from the geometry (``views.infer_view``: ``select(0, l)``
+    for ``kv[l]``), which Inductor lowers with its symbolic offset; a chain that still holds a
+    symbolic value where an int is needed is not read (the node is left to PyTorch).
+    """
+    sym = [_value(v) for v in (*size, *stride, offset)]
+    n = len(size)
+    chain = views.infer_view(
+        base.size(), base.stride(), base.storage_offset(), sym[:n], sym[n : 2 * n], sym[-1]
+    )
+    steps = []
+    for step in chain.steps:
+        if isinstance(step, views.AsStrided):
+            # Note [Relative chains] in adapter.py: the offset counts from the base's own
+            step = views.AsStrided(
+                step.size, step.stride, step.storage_offset - base.storage_offset()
+            )
+        if not all(_plain(v) for v in vars(step).values()):
+            raise TypeError(f"a symbolic view step {step} of a region's operand")
+        steps.append(step)
+    return views.ViewChain(tuple(steps))
+
+
+def _value(v: Any) -> Any:
+    """An int, or the SymInt a graph value stands for."""
+    return v.meta["val"] if isinstance(v, torch.fx.Node) else v
+
+
+def _plain(v: Any) -> bool:
+    if isinstance(v, tuple):
+        return all(type(e) is int for e in v)
+    return type(v) is int or isinstance(v, torch.dtype)
+
+
+def enable(on: bool = True) -> None:
+    """Let the re-inplace pass rewrite region calls (``on``, the default once autofunc's pass
+    is installed), or leave them to PyTorch's re-inplacing."""
+    if on:
+        register_adapter(_BUILTIN_V2, SubgraphAdapter())
+    else:
+        unregister_adapter(_BUILTIN_V2)
+
+
+def enabled() -> bool:
+    return adapter_for(_BUILTIN_V2) is not None
+
+
+enable()

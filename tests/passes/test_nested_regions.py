@@ -1,0 +1,210 @@
+"""Regions that write their inputs (``nested_compile_region`` called more than once, so it stays
+an ``invoke_subgraph``): PyTorch wraps each call in its own ``auto_functionalized_v2``, which
+autofunc's pass decides through ``hops/subgraph.py`` and whose writes it declares to Inductor
+(Note [Writes Inductor cannot see]). Checked against eager under Inductor, with the reports
+and the bytes of the post-grad graph."""
+
+import pytest
+import torch
+import torch._functorch.config as functorch_config
+import torch._inductor.config as inductor_config
+
+import autofunc
+from autofunc.bench.user_triton import allocated_bytes, post_grad_graph
+from autofunc.inductor import collect_reports
+from autofunc.testing import format_graph, run_against_eager
+from tools import corpus
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(torch.compiler, "nested_compile_region"), reason="no nested_compile_region"
+)
+
+
+@pytest.fixture(params=["v1", "v2"])
+def strategy(request):
+    reg = autofunc.register(corpus.add_, strategy=request.param)
+    yield request.param
+    reg.remove()
+
+
+def _region(fn):
+    return torch.compiler.nested_compile_region(fn)
+
+
+@_region
+def _block(h, kv_l):
+    corpus.add_(kv_l[0], h)  # write this layer's K row
+    return h * 2 + kv_l[1]  # read its V row
+
+
+@_region
+def _block_two_rows(h, kv_l):
+    corpus.add_(kv_l[0], h)
+    corpus.add_(kv_l[1], h * 0.5)
+    return h + 1
+
+
+def read_before(h, kv):
+    before = kv[1, 0] * 2  # the old value of a row the second region writes, used at the end
+    for layer in range(kv.shape[0]):
+        h = _block(h, kv[layer])
+    return h, before + 1
+
+
+def read_after(h, kv):
+    for layer in range(kv.shape[0]):
+        h = _block(h, kv[layer])
+    return h, kv[0, 0] + kv[1, 1]  # the new K row of layer 0, the untouched V row of layer 1
+
+
+def computed_cache(h, kv):
+    cache = kv * 1  # a buffer the graph computes, written through views
+    for layer in range(cache.shape[0]):
+        h = _block(h, cache[layer])
+    return h, cache
+
+
+def writes_two_rows(h, kv):
+    # (Dynamo refuses a region given two views of one tensor: its inputs may not alias)
+    first = kv[2, 1] * 1  # the old V row of the last layer, after the first region
+    for layer in range(kv.shape[0]):
+        h = _block_two_rows(h, kv[layer])
+    return h, first
+
+
+def old_value_read_after(h, kv):
+    old = kv[0].clone()  # eager's copy of layer 0, taken before the region writes it
+    for layer in range(kv.shape[0]):
+        h = _block(h, kv[layer])
+    return h, old
+
+
+PROGRAMS = [read_before, read_after, computed_cache, writes_two_rows, old_value_read_after]
+
+
+def _inputs():
+    torch.manual_seed(0)
+    return [torch.randn(8), torch.randn(3, 2, 8)]
+
+
+def _compile_and_check(fn):
+    with (
+        inductor_config.patch(fx_graph_cache=False),
+        functorch_config.patch(enable_autograd_cache=False),
+        collect_reports() as reports,
+    ):
+        torch._dynamo.reset()
+        check = run_against_eager(fn, torch.compile(fn, fullgraph=True), _inputs())
+    assert check.correct, check.mismatch
+    return [c for r in reports for c in r.calls if c.strategy == "region"]
+
+
+@pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
+def test_region_calls_match_eager(fn, strategy):
+    calls = _compile_and_check(fn)
+    assert len(calls) == 3, calls  # one per layer: the region stays a call
+    assert all(c.op.startswith("invoke_subgraph:") for c in calls)
+
+
+@pytest.mark.parametrize("fn", [read_before, read_after, computed_cache, writes_two_rows])
+def test_region_calls_write_in_place(fn, strategy):
+    calls = _compile_and_check(fn)
+    decisions = [d for c in calls for d in c.decisions]
+    assert decisions and all(d.inplace for d in decisions), [d.explain() for d in decisions]
+
+
+def test_an_old_value_returned_is_computed_before_the_region(strategy):
+    calls = _compile_and_check(old_value_read_after)
+    decisions = [d for c in calls for d in c.decisions]
+    # ``old`` (a clone Inductor removes as a no-op) would read layer 0 after the first region
+    # wrote it: it is computed before that region instead of a copy of the cache
+    assert all(d.inplace for d in decisions), [d.explain() for d in decisions]
+    assert "computed before the call" in decisions[0].detail, decisions[0].explain()
+
+
+def test_writes_are_declared_around_the_region_for_inductor(strategy):
+    gm = post_grad_graph(read_before, _inputs())
+    code = format_graph(gm)
+    lines = [ln.strip() for ln in code.splitlines() if "invoke_subgraph(" in ln or "written" in ln]
+    kinds = ["written" if "autofunc.written" in ln else "region" for ln in lines]
+    assert kinds == ["written", "region", "written"] * 3, code
+    # the regions write the cache itself: nothing is allocated but the outputs
+    assert allocated_bytes(gm) == 0, code
+
+
+def test_the_switch_leaves_regions_to_pytorch(strategy):
+    autofunc.reinplace_nested_regions(False)
+    try:
+        with (
+            inductor_config.patch(fx_graph_cache=False),
+            functorch_config.patch(enable_autograd_cache=False),
+            collect_reports() as reports,
+        ):
+            torch._dynamo.reset()
+            torch.compile(read_after, fullgraph=True)(*_inputs())
+    finally:
+        autofunc.reinplace_nested_regions(True)
+    assert not [c for r in reports for c in r.calls if c.strategy == "region"]
+
+
+def test_the_adapter_reads_view_entries(strategy):
+    import autofunc.inductor as glue
+    from autofunc.hops.subgraph import SubgraphAdapter
+
+    read = []
+    real = glue.reinplace
+
+    def spy(gm, **kwargs):
+        nodes = gm.graph.find_nodes(
+            op="call_function", target=torch.ops.higher_order.auto_functionalized_v2
+        )
+        read.extend(SubgraphAdapter().read(n) for n in nodes)
+        return real(gm, **kwargs)
+
+    glue.reinplace = spy
+    try:
+        with inductor_config.patch(fx_graph_cache=False):
+            torch._dynamo.reset()
+            torch.compile(writes_two_rows, fullgraph=True)(*_inputs())
+    finally:
+        glue.reinplace = real
+    assert len(read) == 3
+    m = read[1]
+    assert m.strategy == "region" and len(m.buffers) == 1
+    # kv[1] of the (3, 2, 8) cache, which PyTorch records as as_strided((2, 8), (8, 1), 16):
+    # read as the select it is (Note [Region views as selects])
+    assert [(s.arg, str(s.relative_chain)) for s in m.slots] == [("arg0", "[1]")]
+
+
+@pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
+def test_region_calls_through_the_pass_alone(fn, strategy):
+    # the pass on AOTAutograd's graph (the generic policy: the graph runs as it stands, no
+    # declared writes), and the rewritten graph is what runs
+    from autofunc.testing import compile_capture
+
+    torch._dynamo.reset()
+    compiled, captured = compile_capture(fn)
+    check = run_against_eager(fn, compiled, _inputs())
+    assert check.correct, check.mismatch
+    calls = [c for c in captured.report.calls if c.strategy == "region"]
+    assert len(calls) == 3
+    assert "invoke_subgraph" in captured.reinplaced[0]
+    assert "autofunc.written" not in captured.reinplaced[0]
+    assert all(d.inplace for c in calls for d in c.decisions), captured.report
+
+
+@pytest.mark.parametrize("fn", [read_before, old_value_read_after], ids=lambda f: f.__name__)
+def test_region_calls_with_dynamic_shapes(fn, strategy):
+    # Note [Region views as selects]: kv[l] as as_strided with a symbolic offset lands on
+    # layer 0 under Inductor (PyTorch's own decomposition is wrong so); as a select it is right
+    with (
+        inductor_config.patch(fx_graph_cache=False),
+        functorch_config.patch(enable_autograd_cache=False),
+        collect_reports() as reports,
+    ):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, fullgraph=True, dynamic=True)
+        check = run_against_eager(fn, compiled, _inputs())
+    assert check.correct, check.mismatch
+    calls = [c for r in reports for c in r.calls if c.strategy == "region"]
+    assert len(calls) == 3 and all(d.inplace for c in calls for d in c.decisions)
