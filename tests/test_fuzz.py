@@ -18,10 +18,15 @@ CAPTURE_PROGRAMS = 60  # ~0.1 s each
 INDUCTOR_PROGRAMS = 4  # ~1-3 s each (C++ compiles)
 
 
-def _failures(strategy: str, path: str, count: int) -> list[fuzz.Failure]:
+REGION_PROGRAMS = 12  # programs drawn with Features(regions=True), on the capture path
+
+
+def _failures(
+    strategy: str, path: str, count: int, features: fuzz.Features = fuzz.Features()
+) -> list[fuzz.Failure]:
     out = []
     for index in range(count):
-        failure = fuzz.check(fuzz.program_for(SEED, index), strategy, path)
+        failure = fuzz.check(fuzz.program_for(SEED, index, None, features), strategy, path)
         if failure is not None and failure.is_bug:
             out.append(failure)
     return out
@@ -49,6 +54,22 @@ def test_fuzz_capture(strategy):
 def test_fuzz_inductor(strategy):
     failures = _failures(strategy, "inductor", INDUCTOR_PROGRAMS)
     assert not failures, _explain(failures, INDUCTOR_PROGRAMS, shrink=False)
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+def test_fuzz_capture_with_regions(strategy):
+    # nested_compile_region calls that write their first argument (hops/subgraph.py)
+    features = fuzz.Features(regions=True)
+    failures = _failures(strategy, "capture", REGION_PROGRAMS, features)
+    assert not failures, _explain(failures, REGION_PROGRAMS, shrink=True)
+
+
+def test_region_programs_call_regions_twice():
+    sources = [
+        fuzz.program_for(SEED, i, None, fuzz.Features(regions=True)).source()
+        for i in range(REGION_PROGRAMS)
+    ]
+    assert sum(s.count("regions.m1") >= 2 for s in sources) >= 3
 
 
 # -- the tester itself ----------------------------------------------------------------------------

@@ -104,6 +104,21 @@ def rope(
         dst[..., half:] = b * cos + a
 
 
+@torch.library.custom_op(f"{_NS}::rms_norm_out", mutates_args={"out"})
+def rms_norm_out(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    """out = rms_norm(x) * w: an out-buffer op (vLLM's ``rms_norm_static_fp8_quant`` form)"""
+    out.copy_(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w)
+
+
+@torch.library.custom_op(f"{_NS}::add_rms_norm_out", mutates_args={"out", "res"})
+def add_rms_norm_out(
+    out: torch.Tensor, x: torch.Tensor, res: torch.Tensor, w: torch.Tensor
+) -> None:
+    """res += x; out = rms_norm(res) * w (``fused_add_rms_norm_static_fp8_quant``'s form)"""
+    res.add_(x)
+    out.copy_(res * torch.rsqrt(res.pow(2).mean(-1, keepdim=True) + 1e-6) * w)
+
+
 _lib = torch.library.Library(_NS, "FRAGMENT")
 _lib.define("bump(Tensor(a!) x) -> ()")
 _lib.define("bump.by(Tensor(a!) x, float by) -> ()")
@@ -169,6 +184,8 @@ OPS = (
     write_rows_fp8,
     update_stats,
     rope,
+    rms_norm_out,
+    add_rms_norm_out,
 )
 OP_NAMES = tuple(op._qualname for op in OPS) + tuple(
     f"{_NS}::{name}"
@@ -652,6 +669,23 @@ def nested_region_row(x, y):
     buf = x + 1
     out = _add_row_region(buf, y)
     return out, buf[1] + 1
+
+
+@program(
+    lambda: (torch.randn(16, 256), torch.randn(256), torch.randn(256, 256) * 0.05),
+    "out-buffer ops in a chain, one fresh output per layer (vLLM's rms_norm_static_fp8_quant, "
+    "then fused_add_rms_norm_static_fp8_quant per layer); Inductor reuses each layer's "
+    "output and matmul buffers for the next under every configuration",
+)
+def out_buffer_chain(x, w, wl):
+    res = x.clone()
+    r = torch.empty_like(x)
+    rms_norm_out(r, x, w)
+    for _ in range(4):
+        h = r @ wl
+        r = torch.empty_like(x)
+        add_rms_norm_out(r, h, res, w)
+    return r
 
 
 @_nested_region

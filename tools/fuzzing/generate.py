@@ -103,11 +103,40 @@ class _Gen(_Views):
         ta, tb = self.t(a), self.t(b)
         return _storage(ta) == _storage(tb) and bool(_elems(ta) & _elems(tb))
 
+    def _region(self) -> bool:
+        """``r = regions.m1(x, y)``, and often a second call on a tensor of ``x``'s geometry
+        (the region's inputs may not share a storage: Dynamo refuses aliasing inputs)."""
+        rng = self.rng
+        x = self._pick(self._mutable(call=True))
+        tx = self.t(x)
+        others = [v for v in self.order if _storage(self.t(v)) != _storage(tx)]
+        if not others:
+            return False
+        y = self._pick(others)
+        name = self._fresh("g")
+        if not self._try(f"{name} = regions.m1({x}, {y})", (name,), "buffer"):
+            return False
+        twins = [
+            v
+            for v in self._mutable(call=True)
+            if v != x
+            and _storage(self.t(v)) != _storage(self.t(y))
+            and self.t(v).shape == tx.shape
+            and self.t(v).stride() == tx.stride()
+        ]
+        if twins and rng.random() < 0.7:
+            again = self._fresh("g")
+            self._try(f"{again} = regions.m1({rng.choice(twins)}, {y})", (again,), "buffer")
+        return True
+
     def _call(self) -> bool:
         rng = self.rng
-        op = rng.choices(
-            ["m1", "m2", "m3", "mopt", "m3way", "mret", "mlate"], weights=[3, 3, 2, 1, 2, 2, 1]
-        )[0]
+        ops, weights = ["m1", "m2", "m3", "mopt", "m3way", "mret", "mlate"], [3, 3, 2, 1, 2, 2, 1]
+        if self.features.regions:
+            ops, weights = [*ops, "region"], [*weights, 4]
+        op = rng.choices(ops, weights=weights)[0]
+        if op == "region":
+            return self._region()
         y = self._pick(self.order)
         if op in ("m1", "mret", "mopt", "mlate"):
             x = self._pick_mut([])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import torch
 
 _NS = "autofunc_fuzz"
@@ -75,3 +77,21 @@ def mlate(x: torch.Tensor, y: torch.Tensor) -> None:
 
 OPS = (m1, m2, m3, mopt, m3way, mret, mlate)
 OP_NAMES = tuple(op._qualname for op in OPS)
+
+
+def _region(fn):
+    region = getattr(torch.compiler, "nested_compile_region", None)
+    return fn if region is None else region(fn)
+
+
+@_region
+def region_m1(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """m1 inside a ``nested_compile_region``: writes ``x``, returns a fresh value of both (a
+    region called twice with inputs of one geometry stays an ``invoke_subgraph``, which PyTorch
+    wraps in its ``auto_functionalized_v2``: autofunc's ``hops/subgraph.py``)"""
+    m1(x, y)
+    return x * 0.5 + y.mean()
+
+
+# what programs call as ``regions.<name>`` (Features.regions)
+REGIONS = types.SimpleNamespace(m1=region_m1)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .ops import _NS
+from .ops import _NS, REGIONS
 
 _F64 = "dtype=torch.float64"
 _NAME = re.compile(r"(?<![.\w])([A-Za-z_]\w*)")
@@ -78,7 +78,7 @@ class FuzzProgram:
         src = self.full_source()
         filename = f"<autofunc-fuzz-{self.digest}>"
         linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-        ns: dict[str, Any] = {"torch": torch, "ops": getattr(torch.ops, _NS)}
+        ns: dict[str, Any] = {"torch": torch, "ops": getattr(torch.ops, _NS), "regions": REGIONS}
         exec(compile(src, filename, "exec"), ns)
         return ns["prog"], ns["make_inputs"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .ops import _NS
+from .ops import _NS, REGIONS
 from .program import _F64, FuzzProgram, Stmt
 
 
@@ -65,6 +65,12 @@ class Features:
     # ``mutate_unfold_views``): autofunc functionalizes such a v1 call with v2 (Note [Writing
     # back unfold views]); PyTorch's built-in v1 gives wrong values.
     unfold_call_args: bool = True
+    # Calls of a ``nested_compile_region`` that writes its first argument (``regions.m1``),
+    # often twice with one geometry so that it stays an ``invoke_subgraph``: PyTorch's
+    # ``auto_functionalized_v2`` around it, which autofunc's ``hops/subgraph.py`` reads. Off
+    # by default: PyTorch's own handling fails to compile such programs, and drawing them
+    # changes every program of a seed.
+    regions: bool = False
 
 
 class _State:
@@ -100,7 +106,7 @@ class _State:
 
     def _replay(self) -> None:
         _, make_inputs = self._program().build()
-        self.env = {"torch": torch, "ops": getattr(torch.ops, _NS)}
+        self.env = {"torch": torch, "ops": getattr(torch.ops, _NS), "regions": REGIONS}
         self.env.update(zip(self.params, make_inputs()))
         for s in self.stmts:
             exec(s.text, self.env)
