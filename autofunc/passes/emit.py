@@ -267,13 +267,16 @@ FRESH_ALIAS = torch.ops.autofunc.fresh_alias.default
 # may move a read of the old value after the call, or a read of the new value (the epilogue's
 # copy-back) before it. PyTorch's own decomposition of ``auto_functionalized_v2`` around
 # ``invoke_subgraph`` is wrong that way (its copy-back of a cloned cache ran before the region).
-# ``autofunc::written(Tensor(a!)[] xs)`` does nothing at run time and declares a write of its
-# buffers: emitted just before such a call and just after it, on the buffers the call writes,
-# it makes Inductor order every earlier read of them before the call (reads of the old value
-# run before a mutation) and every later read after it (they read the mutated buffer).
-_lib.define("written(Tensor(a!)[] xs) -> ()")
+# ``autofunc::written(Tensor(a!)[] xs, Tensor[] after)`` does nothing at run time and declares
+# a write of ``xs``: emitted just before such a call and just after it, on the buffers the call
+# writes, it makes Inductor order every earlier read of them before the call (reads of the old
+# value run before a mutation) and every later read after it (they read the mutated buffer).
+# The one after the call also takes the call's outputs (``after``): Inductor drops an
+# ``invoke_subgraph`` whose outputs nothing uses, writes and all (fuzz seed 20261259 #32:
+# ``g = region(b, r)`` with ``g`` unused left ``b`` unwritten, with PyTorch's handling too).
+_lib.define("written(Tensor(a!)[] xs, Tensor[] after) -> ()")
 for _key in ("CompositeExplicitAutograd", "Meta"):
-    _lib.impl("written", lambda xs: None, _key)
+    _lib.impl("written", lambda xs, after: None, _key)
 WRITTEN = torch.ops.autofunc.written.default
 
 

@@ -351,7 +351,7 @@ def _emit_call(
     declare = ctx.policy.hidden_writes_op if not direct.declares_writes else None
     written = list(dict.fromkeys(new_bufs))  # Note [Writes Inductor cannot see] in emit.py
     if declare is not None and written:
-        emit(ctx, declare, (written,), val=None)
+        emit(ctx, declare, (written, []), val=None)
     call = emit(ctx, direct.target, direct.args, direct.kwargs, val=val)
     inherit_unbacked_bindings(call, node, n)  # Note [Unbacked outputs]
     if direct.eager_input_vals:
@@ -359,8 +359,24 @@ def _emit_call(
         # inputs to these values, which have exactly the strides eager passes.
         call.meta["eager_input_vals"] = fake_values((direct.args, direct.kwargs))
     if declare is not None and written:
-        emit(ctx, declare, (written,), val=None)
+        emit(ctx, declare, (written, _tensor_outputs(ctx, call, n)), val=None)
     return call, (None if n == 1 and not direct.returns_tuple else n)
+
+
+def _tensor_outputs(ctx: _Pass, call: fx.Node, n: int) -> list[fx.Node]:
+    """The tensor outputs of ``call`` (``getitem``s of it, or the call itself), which the
+    declaration after it takes so that the call stays even when nothing else uses them (Note
+    [Writes Inductor cannot see] in emit.py)."""
+    val = call.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return [call]
+    if not isinstance(val, (tuple, list)):
+        return []
+    return [
+        emit(ctx, operator.getitem, (call, i), val=v)
+        for i, v in enumerate(val[:n])
+        if isinstance(v, torch.Tensor)
+    ]
 
 
 def _realized_detail(plan: Realization) -> str:

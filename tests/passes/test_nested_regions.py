@@ -79,7 +79,23 @@ def old_value_read_after(h, kv):
     return h, old
 
 
-PROGRAMS = [read_before, read_after, computed_cache, writes_two_rows, old_value_read_after]
+def outputs_unused(h, kv):
+    # fuzz seed 20261259 #32: Inductor drops an invoke_subgraph whose outputs nothing uses,
+    # writes and all, unless the declaration after it takes them (Note [Writes Inductor
+    # cannot see])
+    for layer in range(kv.shape[0]):
+        _block(h, kv[layer])
+    return (h * 2,)
+
+
+PROGRAMS = [
+    read_before,
+    read_after,
+    computed_cache,
+    writes_two_rows,
+    old_value_read_after,
+    outputs_unused,
+]
 
 
 def _inputs():

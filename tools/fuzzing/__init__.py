@@ -22,7 +22,7 @@ of the installed package).
 
 from .check import LIMITATIONS, Failure, check
 from .generate import Features, generate, program_for
-from .ops import OP_NAMES, OPS, PATHS, STRATEGIES, m1, m2, m3, m3way, mlate, mopt, mret
+from .ops import OP_NAMES, OPS, PATHS, REGIONS, STRATEGIES, m1, m2, m3, m3way, mlate, mopt, mret
 from .program import EagerError, FuzzProgram, Stmt
 from .repro import repro_source, write_repro
 from .shrink import _without, shrink, shrink_failure, triage
@@ -30,6 +30,7 @@ from .shrink import _without, shrink, shrink_failure, triage
 __all__ = [
     "LIMITATIONS",
     "OPS",
+    "REGIONS",
     "OP_NAMES",
     "PATHS",
     "STRATEGIES",

@@ -28,6 +28,7 @@ from autofunc.testing import compile_capture, same_result
 from tools import fuzzing as fuzz  # defines the autofunc_fuzz ops (see their docstrings)
 
 ops = torch.ops.autofunc_fuzz
+regions = fuzz.REGIONS  # the nested_compile_region functions (Features.regions)
 STRATEGY = {strategy!r}  # "builtin": the ops are left to PyTorch's auto_functionalized
 PATH = {path!r}
 
