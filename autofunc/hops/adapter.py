@@ -111,6 +111,10 @@ class Mutation:
     # positional arguments in order
     call: Callable[[list[Any]], DirectCall] | None = None
     note: str = ""  # what a report of the call should add (e.g. an analysis that failed)
+    # whether the backend gives each argument of the direct call exactly its recorded strides
+    # by fixing the layout of a buffer it computes (a custom op, a Triton kernel); else a
+    # strided buffer the backend computes is copied into a fixed layout (rule R5)
+    fixes_layouts: bool = True
 
     @property
     def op_name(self) -> str:

@@ -128,8 +128,26 @@ class SubgraphAdapter:
             name=name,
             buffer_keys=tuple(n + i for i in range(len(bases))),
             call=call,
+            fixes_layouts=False,  # Note [Region operands keep no computed layout]
         )
         return mutation
+
+
+# Note [Region operands keep no computed layout]
+# A custom op given a buffer Inductor computes fixes that buffer's layout to the strides the
+# graph records (its eager values). A region does not: after autofunc's pass, PyTorch's
+# post-grad passes re-derive the fake values of the graph (``FakeTensorUpdater``), and a
+# computed buffer whose recorded strides its op does not produce (``slice_scatter`` of a
+# strided input: recorded with the input's stride 2, re-derived contiguous) then reaches the
+# region with other strides than its other calls, which Inductor refuses ("subgraph args must
+# have consistent values", fuzz seed 20261261 #242; PyTorch's own handling gives a wrong result
+# there). So a non-contiguous computed buffer of a region call is copied into a fixed layout,
+# like any such buffer taken other than whole (R5, Note [Layouts Inductor chooses]), and every
+# buffer of a region call gets a fixed layout: an ``as_strided`` alias when written in place, a
+# span copy when cloned (Note [Clones for Inductor]). A plain ``empty_strided`` + ``copy_``
+# clone is not fixed (Inductor turns the copy into a computed buffer of its own layout), and
+# ``invoke_subgraph`` copies an operand whose layout differs from its recorded strides: the
+# region then writes that copy (seen on #242 once the first fix was in).
 
 
 def _schema(node: Any) -> Any:

@@ -71,17 +71,28 @@ def plan_realization(
     outputs: Iterable[fx.Node],
     is_lazy: Any,
     moved: tuple[fx.Node, ...] = (),
+    written_here: Any = None,
 ) -> Realization | None:
     """The frontier of ``readers`` at ``call`` (see the Note): the lazy nodes before ``call``
     (or ``moved`` there) reachable from the readers through lazy users, that have a user at
     or after ``call``; ``None`` when one of them is no tensor (a tuple: its elements are what
-    is used)."""
+    is used).
+
+    ``written_here(node)`` (as for ``plan_hoist``): a node in memory this call writes in place
+    is a buffer of the call, computed before it as its argument; its users after the call read
+    the value the call writes there, so it is no pending read of the old value, and neither
+    it nor what it leads to is part of the frontier (fuzz seed 20261261 #200: ``r0`` read
+    ``b``, ``m2(r0, b, b)`` wrote both, and ``r0``'s later user was pointed at a copy of its
+    old value)."""
     frontier: dict[fx.Node, None] = {}
     early = set(moved)
-    seen, todo = set(readers), list(readers)
+    here = written_here if written_here is not None else (lambda n: False)
+    seen, todo = set(readers), [r for r in readers if not here(r)]
     while todo:
         n = todo.pop()
         for u in n.users:
+            if here(u):
+                continue  # its later users read what the call writes (the docstring)
             if u is call:
                 continue  # the call realizes what it takes before it runs
             if u.op == "output" or (u > call and u not in early):
@@ -171,7 +182,7 @@ def plan_hoist(
                 todo.append(u)
     readers = [*earlier, *later]
     plans = [
-        plan_realization(call, readers, outputs, is_lazy, m)
+        plan_realization(call, readers, outputs, is_lazy, m, written_here)
         for m in (minimal, tuple(sorted(grown)))
     ]
     plans = [p for p in plans if p is not None]

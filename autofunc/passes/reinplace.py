@@ -254,9 +254,11 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
             )
             log.debug("%s %s %s: %s %s", node.name, m.op_name, buf.args, reason.value, detail)
             mine = [outs.pop(key) for key in keys[k] if key in outs]  # this buffer's outputs
-            # Note [Clones for Inductor]: aliasing arguments need one fixed layout
+            # Note [Clones for Inductor]: aliasing arguments need one fixed layout, and so does
+            # every buffer of a call that fixes no layout itself (Note [Region operands keep
+            # no computed layout] in hops/subgraph.py)
             fix = ctx.policy.fix_aliased_layouts
-            aliased = fix and _aliased_args(buf, _written(analysis, buf))
+            aliased = fix and (not m.fixes_layouts or _aliased_args(buf, _written(analysis, buf)))
             if reason is Reason.INPLACE:
                 root = analysis.input_of(buf.node)
                 if root is not None:

@@ -58,6 +58,12 @@ class _Query:
     def written(self) -> list[Region]:
         return _written(self.ctx.analysis, self.buf)
 
+    def written_here(self, node: fx.Node) -> bool:
+        """Whether ``node`` now denotes memory this call writes in place (a buffer of the call
+        decided before this one): after the call it names the new value."""
+        analysis = self.ctx.analysis
+        return any(analysis.same_memory(node, b.node) for b in self.inplace)
+
 
 Verdict = tuple[Reason, str] | None  # a reason to clone (and its detail), or None: no objection
 
@@ -97,7 +103,7 @@ def _unfixed_layout(q: _Query) -> Verdict:
     if contiguous_or_false(buf.node.meta["val"]) and contiguous_or_false(q.root.meta["val"]):
         return None
     whole = all(c.is_alias for c in buf.chains) and not _aliased_args(buf, q.written)
-    if not whole:
+    if not whole or not q.m.fixes_layouts:  # Note [Region operands keep no computed layout]
         return Reason.UNFIXED_LAYOUT, buf.node.name
     # Note [A layout fixed after it was used]
     # A whole buffer keeps Inductor's layout until the op, which needs exactly the recorded
@@ -318,7 +324,7 @@ def _lazy_read(q: _Query) -> Verdict:
     readers = ctx.analysis.reads_before_used_after(q.node, q.buf.node, q.written)
     if not readers:
         return None
-    plan = plan_realization(q.node, readers, ctx.outputs, lazy)
+    plan = plan_realization(q.node, readers, ctx.outputs, lazy, written_here=q.written_here)
     if plan is not None and plan.nbytes < _nbytes(q.buf.node.meta.get("val")):
         q.realize, q.lazy_readers = plan, tuple(readers)
         return None
@@ -336,14 +342,7 @@ def _read_later(q: _Query) -> Verdict:
     lazy = ctx.policy.lazy_reader
     if lazy is not None:  # Note [Reads moved back before the call]: only where reads are lazy
         earlier = [*q.lazy_readers, *(r for r in readers if r < q.node and lazy(r))]
-        analysis = ctx.analysis
-
-        def written_here(node: fx.Node) -> bool:
-            return any(analysis.same_memory(node, b.node) for b in q.inplace)
-
-        plan = plan_hoist(
-            q.node, later, earlier, ctx.outputs, lazy, written_here
-        )
+        plan = plan_hoist(q.node, later, earlier, ctx.outputs, lazy, q.written_here)
         if plan is not None and plan.nbytes < _nbytes(q.buf.node.meta.get("val")):
             q.realize = plan
             return None

@@ -775,3 +775,23 @@ def test_a_clone_of_an_input_view_written_by_a_later_call(fuzz_strategy):
             torch.randn(3, dtype=torch.float64),
             torch.randn(4, dtype=torch.float64),
         )
+
+
+# -- fuzz seed 20261261 #200: a reader of one buffer that is another buffer of the same call --
+
+
+def reader_written_by_the_same_call(b):
+    r0 = b.sum(0) * -2.0  # reads b; a buffer the second call writes in place too
+    r2 = r0.sum() * 1.5
+    fuzz.m2(r0, r0, r0)
+    fuzz.m2(r0, b, b)
+    return ((r2 + r0).sum(),)  # r0 after the second call: its new value, not a copy of the old
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_lazy_reader_the_call_writes_is_not_computed_as_old(fuzz_strategy):
+    # Note [Lazy reads computed before the call] (plan_realization's written_here)
+    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        check_inductor(reader_written_by_the_same_call, torch.randn(3, dtype=torch.float64))

@@ -224,3 +224,36 @@ def test_region_calls_with_dynamic_shapes(fn, strategy):
     assert check.correct, check.mismatch
     calls = [c for r in reports for c in r.calls if c.strategy == "region"]
     assert len(calls) == 3 and all(d.inplace for c in calls for d in c.decisions)
+
+
+# -- fuzz seed 20261261 #242: a strided buffer Inductor computes, given to a region twice --
+
+
+def strided_computed_buffer(b):
+    from tools import fuzzing as fuzz
+
+    r0 = b * -2.0
+    v3 = b[0:2]  # b itself: a slice_scatter writes it back, recorded with b's stride 2
+    v3.add_(v3.sum() * -2.0)
+    fuzz.REGIONS.m1(v3, r0)
+    fuzz.REGIONS.m1(b, r0)
+    return ()
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_region_operands_get_fixed_layouts(fuzz_strategy):
+    # Note [Region operands keep no computed layout]: without it Inductor refuses the graph
+    # ("subgraph args must have consistent values"), and with only the copy R5 asks for the
+    # region wrote Inductor's copy of its operand
+    from tools import fuzzing as fuzz
+
+    with (
+        autofunc.override(fuzz_strategy, fuzz.OPS),
+        inductor_config.patch(fx_graph_cache=False),
+    ):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        fn = strided_computed_buffer
+        b = torch.randn(4, dtype=torch.float64)[::2]
+        check = run_against_eager(fn, torch.compile(fn, fullgraph=True), [b])
+    assert check.correct, check.mismatch
