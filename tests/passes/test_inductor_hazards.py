@@ -795,3 +795,18 @@ def test_a_lazy_reader_the_call_writes_is_not_computed_as_old(fuzz_strategy):
         torch._dynamo.reset()
         torch.manual_seed(0)
         check_inductor(reader_written_by_the_same_call, torch.randn(3, dtype=torch.float64))
+
+
+# -- fuzz seed 20261263 #26 (v1; PyTorch's built-in wrong too): a buffer that is a view -------
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_buffer_that_views_a_computed_buffer_is_pinned(fuzz_strategy):
+    # Note [Views of unrealized buffers under Inductor] (reinplace._realize_whole): under v1
+    # the buffer of ``mlate(v2, a)`` is ``v2 = r1.narrow(0, 0, 2)`` itself, with ``r1`` not
+    # computed yet; unpinned, Inductor computed ``v2`` into a buffer of its own, which the op
+    # wrote, and ``r1`` never saw the write
+    program = fuzz.program_for(20261263, 26)
+    assert "ops.mlate(v2, a)" in program.source()
+    failure = fuzz.check(program, fuzz_strategy, "inductor")
+    assert failure is None, str(failure)
