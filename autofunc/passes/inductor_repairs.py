@@ -93,7 +93,8 @@ def _explicit_as_strided_offsets(graph: fx.Graph, inputs_too: bool = True) -> No
     Inductor takes an explicit offset from the start of the memory it holds: a buffer it
     computes starts at offset 0, and a graph input at its own data pointer (later torch rebases
     explicit offsets on inputs, pytorch#184232, and has no such bug, so this runs only where
-    the bug is). Only static offsets are rewritten.
+    the bug is). Only static offsets are rewritten. A scatter into an input that Inductor may
+    re-inplace counts as that input: its memory is the input's then.
     """
     for node in list(graph.find_nodes(op="call_function", target=_aten.as_strided.default)):
         if len(node.args) != 3 or node.kwargs:
@@ -109,7 +110,9 @@ def _explicit_as_strided_offsets(graph: fx.Graph, inputs_too: bool = True) -> No
             root = root.args[0]
         if root is src or not isinstance(root, fx.Node):
             continue
-        if root.op == "placeholder" and not inputs_too:
+        # a scatter Inductor may re-inplace into an input becomes that input's memory, whose
+        # explicit offsets later torch rebases on the input's own (fuzz seed 20261266 #54)
+        if (root.op == "placeholder" or _written_input(root) is not None) and not inputs_too:
             continue
         sval, rval = src.meta.get("val"), root.meta.get("val")
         if not (isinstance(sval, torch.Tensor) and isinstance(rval, torch.Tensor)):

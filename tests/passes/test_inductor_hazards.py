@@ -810,3 +810,27 @@ def test_a_buffer_that_views_a_computed_buffer_is_pinned(fuzz_strategy):
     assert "ops.mlate(v2, a)" in program.source()
     failure = fuzz.check(program, fuzz_strategy, "inductor")
     assert failure is None, str(failure)
+
+
+# -- fuzz seed 20261266 #54 (v1; PyTorch's built-in wrong too): an offset into a scatter ------
+
+
+def offset_into_a_scatter_of_an_input(b):
+    v0 = b[1, 0:3:1, :]
+    r1 = b * 1.5
+    v3 = v0.unsqueeze(0)
+    fuzz.mlate(v0, r1)  # v1: a clone of v0, scattered back into b (select_scatter)
+    fuzz.m2(v0, v3, r1)  # v2 (aliased arguments): views of that scatter, one at offset 36
+    return ()
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_an_explicit_offset_into_a_scatter_inductor_reinplaces(fuzz_strategy):
+    # Note [as_strided offsets on torch 2.11]: Inductor re-inplaces the scatter into b, whose
+    # storage offset later torch subtracts from an explicit offset; the view keeps its relative
+    # form there
+    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        b = torch.randn(7, 6, 6, dtype=torch.float64)[1:]
+        check_inductor(offset_into_a_scatter_of_an_input, b)
