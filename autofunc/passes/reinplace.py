@@ -313,16 +313,11 @@ def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
     whole buffer makes Inductor compute the buffer once, with exactly its strides, and hand the
     op a view of it. Graph inputs are computed already. (``Policy.pin_views_of_unrealized``.)
     """
-    if not ctx.policy.pin_views_of_unrealized or buf.node.op == "placeholder":
-        return False
-    if not all(c.is_alias for c in buf.chains):
-        return True
-    # A buffer that is itself a view of a computed buffer (v1's argument ``r1.narrow(0, 0, 2)``)
-    # is computed into a buffer of its own just the same: the op would write that, not ``r1``
-    # (fuzz seed 20261263 #26, v1; PyTorch's built-in is wrong the same way).
-    analysis = ctx.analysis
-    root = analysis.root[analysis.version[buf.node]]
-    return root is not buf.node and root.op != "placeholder"
+    return (
+        ctx.policy.pin_views_of_unrealized
+        and buf.node.op != "placeholder"
+        and not all(c.is_alias for c in buf.chains)
+    )
 
 
 def _emit_call(

@@ -800,12 +800,25 @@ def test_a_lazy_reader_the_call_writes_is_not_computed_as_old(fuzz_strategy):
 # -- fuzz seed 20261263 #26 (v1; PyTorch's built-in wrong too): a buffer that is a view -------
 
 
-@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
-def test_a_buffer_that_views_a_computed_buffer_is_pinned(fuzz_strategy):
-    # Note [Views of unrealized buffers under Inductor] (reinplace._realize_whole): under v1
-    # the buffer of ``mlate(v2, a)`` is ``v2 = r1.narrow(0, 0, 2)`` itself, with ``r1`` not
-    # computed yet; unpinned, Inductor computed ``v2`` into a buffer of its own, which the op
-    # wrote, and ``r1`` never saw the write
+@pytest.mark.parametrize(
+    "fuzz_strategy",
+    [
+        pytest.param(
+            "v1",
+            marks=pytest.mark.xfail(
+                strict=True, reason="open: v1 writes Inductor's own copy of the view (see below)"
+            ),
+        ),
+        "v2",
+    ],
+)
+def test_a_buffer_that_views_a_computed_buffer(fuzz_strategy):
+    # Open (v1 only; PyTorch's built-in is wrong too; also before this session). Under v1 the
+    # buffer of ``mlate(v2, a)`` is ``v2 = r1.narrow(0, 0, 2)`` itself, with ``r1`` not
+    # computed yet: Inductor computes ``v2`` into a buffer of its own, which the op writes,
+    # and ``r1`` never sees the write. Pinning such a buffer (Note [Views of unrealized
+    # buffers under Inductor]) fixed this program but broke others (a pinned view of an input
+    # lost its offset; heap corruption on fuzz seed 20261267 #84), so it was taken back.
     program = fuzz.program_for(20261263, 26)
     assert "ops.mlate(v2, a)" in program.source()
     failure = fuzz.check(program, fuzz_strategy, "inductor")
@@ -834,3 +847,20 @@ def test_an_explicit_offset_into_a_scatter_inductor_reinplaces(fuzz_strategy):
         torch.manual_seed(0)
         b = torch.randn(7, 6, 6, dtype=torch.float64)[1:]
         check_inductor(offset_into_a_scatter_of_an_input, b)
+
+
+def view_of_a_written_diagonal(a, b):
+    v0 = a.diagonal(2, 1, 2)
+    o2 = fuzz.mret(v0, b)
+    fuzz.m1(v0[1], o2)  # a view of the input's memory, through the first call's output
+    return ()
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_view_of_a_written_diagonal_of_an_input(fuzz_strategy):
+    # fuzz seed 20261268 #20: wrong under v1 with the pin above (its offset was lost)
+    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        torch.manual_seed(272033013)
+        a, b = torch.randn(4, 6, 3, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+        check_inductor(view_of_a_written_diagonal, a, b)
