@@ -74,6 +74,12 @@ class SubgraphAdapter:
         bases = tuple(kwargs.pop("_all_bases"))
         for k in _OWN:
             kwargs.pop(k, None)
+        hop_val = node.meta.get("val")
+        n = len(hop_val) - len(bases)
+        if n < 0:
+            raise ValueError("fewer outputs than bases")
+        # Note [Region view entries count from the base as traced]
+        originals = tuple(hop_val[n:])
         slots: list[Slot] = []
         for arg in schema.arguments:
             if arg.alias_info is None or not arg.alias_info.is_write:
@@ -81,23 +87,19 @@ class SubgraphAdapter:
             if f"_{arg.name}_length" in kwargs:  # a list argument
                 length = kwargs.pop(f"_{arg.name}_length")
                 entries = [
-                    _slot(kwargs, f"_{arg.name}_{i}", bases, arg.name, i)
+                    _slot(kwargs, f"_{arg.name}_{i}", originals, arg.name, i)
                     for i in range(length or 0)
                 ]
                 kwargs[arg.name] = None if length is None else [None] * length
                 slots += [s for s in entries if s is not None]
             else:
                 kwargs[arg.name] = None
-                slot = _slot(kwargs, f"_{arg.name}", bases, arg.name, None)
+                slot = _slot(kwargs, f"_{arg.name}", originals, arg.name, None)
                 if slot is not None:
                     slots.append(slot)
         leftover = [k for k in kwargs if k.startswith("_")]
         if leftover:
             raise ValueError(f"unknown view entries {leftover}")
-        hop_val = node.meta.get("val")
-        n = len(hop_val) - len(bases)
-        if n < 0:
-            raise ValueError("fewer outputs than bases")
         names = [a.name for a in schema.arguments]
         order = [a.name for a in schema.arguments if not a.kwarg_only]
 
@@ -160,7 +162,17 @@ def _schema(node: Any) -> Any:
 
 def _slot(kwargs: dict, prefix: str, bases: tuple, arg: str, index: int | None) -> Slot | None:
     """The slot a written argument's view entries describe (popped from ``kwargs``), or
-    ``None`` for an absent (``None``) tensor."""
+    ``None`` for an absent (``None``) tensor. ``bases`` are the bases' values as traced.
+
+    Note [Region view entries count from the base as traced]
+    An ``as_strided`` entry's offset counts from the start of the base's storage *as traced*:
+    a base that was an earlier call's fresh output starts at offset 0 there. Once that call is
+    written in place, the node standing for the base is the graph input (at offset 4 in
+    ``randn(4, 4)[1:]``), and the entry read against it pointed 4 elements before the view:
+    out of the input's memory (fuzz seed 20261270 #252: heap corruption under v1, a wrong
+    result under v2). The node's own outputs hold each base's new value with the traced
+    geometry (PyTorch clones a base preserving its strides and offset), so the chain is
+    inferred against those and stays relative (Note [Relative chains] in adapter.py)."""
     base_index = kwargs.pop(f"{prefix}_base_index")
     if base_index is None:
         return None
@@ -171,7 +183,7 @@ def _slot(kwargs: dict, prefix: str, bases: tuple, arg: str, index: int | None) 
         size = kwargs.pop(f"{prefix}_size")
         stride = kwargs.pop(f"{prefix}_stride")
         offset = kwargs.pop(f"{prefix}_storage_offset")
-        chain = _strided_chain(bases[base_index].meta["val"], size, stride, offset)
+        chain = _strided_chain(bases[base_index], size, stride, offset)
     elif f"{prefix}_slice_dim" in kwargs:
         dim = kwargs.pop(f"{prefix}_slice_dim")
         start = kwargs.pop(f"{prefix}_slice_start")

@@ -257,3 +257,36 @@ def test_region_operands_get_fixed_layouts(fuzz_strategy):
         b = torch.randn(4, dtype=torch.float64)[::2]
         check = run_against_eager(fn, torch.compile(fn, fullgraph=True), [b])
     assert check.correct, check.mismatch
+
+
+# -- fuzz seed 20261270 #252: a region's base that an earlier call wrote into an offset input --
+
+
+def base_written_before_the_region(a, b):
+    from tools import fuzzing as fuzz
+
+    fuzz.m2(b, b, b)
+    v0 = b.permute(0, 1)
+    fuzz.m3way(v0, b, a)  # b's new value: a fresh tensor at offset 0 as traced, then b itself
+    t2 = torch.ones(24, dtype=torch.float64)
+    g3 = fuzz.REGIONS.m1(v0, t2)
+    fuzz.REGIONS.m1(g3, t2)
+    return (v0,)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_region_view_entries_count_from_the_traced_base(fuzz_strategy):
+    # Note [Region view entries count from the base as traced]: read against the input (at
+    # offset 4) the entry pointed before it: heap corruption under v1, a wrong result under v2
+    from tools import fuzzing as fuzz
+
+    with (
+        autofunc.override(fuzz_strategy, fuzz.OPS),
+        inductor_config.patch(fx_graph_cache=False),
+    ):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        fn = base_written_before_the_region
+        a, b = torch.randn(2, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)[1:]
+        check = run_against_eager(fn, torch.compile(fn, fullgraph=True), [a, b])
+    assert check.correct, check.mismatch
