@@ -42,6 +42,13 @@ def check_inductor(fn, *inputs):
     )
 
 
+def check_fuzz_ops(fn, strategy, *inputs):
+    """``check_inductor`` of ``fn`` with the fuzzer's ops registered with ``strategy``."""
+    with autofunc.override(strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        check_inductor(fn, *inputs)
+
+
 def _grid():
     return torch.arange(12.0).view(3, 4)
 
@@ -791,10 +798,10 @@ def reader_written_by_the_same_call(b):
 @pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
 def test_a_lazy_reader_the_call_writes_is_not_computed_as_old(fuzz_strategy):
     # Note [Lazy reads computed before the call] (plan_realization's written_here)
-    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        check_inductor(reader_written_by_the_same_call, torch.randn(3, dtype=torch.float64))
+    torch.manual_seed(0)
+    check_fuzz_ops(
+        reader_written_by_the_same_call, fuzz_strategy, torch.randn(3, dtype=torch.float64)
+    )
 
 
 # -- fuzz seed 20261263 #26 (v1; PyTorch's built-in wrong too): a buffer that is a view -------
@@ -842,11 +849,9 @@ def test_an_explicit_offset_into_a_scatter_inductor_reinplaces(fuzz_strategy):
     # Note [as_strided offsets on torch 2.11]: Inductor re-inplaces the scatter into b, whose
     # storage offset later torch subtracts from an explicit offset; the view keeps its relative
     # form there
-    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        b = torch.randn(7, 6, 6, dtype=torch.float64)[1:]
-        check_inductor(offset_into_a_scatter_of_an_input, b)
+    torch.manual_seed(0)
+    b = torch.randn(7, 6, 6, dtype=torch.float64)[1:]
+    check_fuzz_ops(offset_into_a_scatter_of_an_input, fuzz_strategy, b)
 
 
 def view_of_a_written_diagonal(a, b):
@@ -859,8 +864,6 @@ def view_of_a_written_diagonal(a, b):
 @pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
 def test_a_view_of_a_written_diagonal_of_an_input(fuzz_strategy):
     # fuzz seed 20261268 #20: wrong under v1 with the pin above (its offset was lost)
-    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
-        torch._dynamo.reset()
-        torch.manual_seed(272033013)
-        a, b = torch.randn(4, 6, 3, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
-        check_inductor(view_of_a_written_diagonal, a, b)
+    torch.manual_seed(272033013)
+    a, b = torch.randn(4, 6, 3, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+    check_fuzz_ops(view_of_a_written_diagonal, fuzz_strategy, a, b)

@@ -226,6 +226,17 @@ def test_region_calls_with_dynamic_shapes(fn, strategy):
     assert len(calls) == 3 and all(d.inplace for c in calls for d in c.decisions)
 
 
+def _check_with_fuzz_ops(fn, strategy, *inputs):
+    """``fn`` (calling the fuzzer's ops and regions) under Inductor against eager: outputs
+    and the final values of the inputs."""
+    from tools import fuzzing as fuzz
+
+    with autofunc.override(strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        check = run_against_eager(fn, torch.compile(fn, fullgraph=True), list(inputs))
+    assert check.correct, check.mismatch
+
+
 # -- fuzz seed 20261261 #242: a strided buffer Inductor computes, given to a region twice --
 
 
@@ -245,18 +256,9 @@ def test_region_operands_get_fixed_layouts(fuzz_strategy):
     # Note [Region operands keep no computed layout]: without it Inductor refuses the graph
     # ("subgraph args must have consistent values"), and with only the copy R5 asks for the
     # region wrote Inductor's copy of its operand
-    from tools import fuzzing as fuzz
-
-    with (
-        autofunc.override(fuzz_strategy, fuzz.OPS),
-        inductor_config.patch(fx_graph_cache=False),
-    ):
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        fn = strided_computed_buffer
-        b = torch.randn(4, dtype=torch.float64)[::2]
-        check = run_against_eager(fn, torch.compile(fn, fullgraph=True), [b])
-    assert check.correct, check.mismatch
+    torch.manual_seed(0)
+    b = torch.randn(4, dtype=torch.float64)[::2]
+    _check_with_fuzz_ops(strided_computed_buffer, fuzz_strategy, b)
 
 
 # -- fuzz seed 20261270 #252: a region's base that an earlier call wrote into an offset input --
@@ -278,15 +280,6 @@ def base_written_before_the_region(a, b):
 def test_region_view_entries_count_from_the_traced_base(fuzz_strategy):
     # Note [Region view entries count from the base as traced]: read against the input (at
     # offset 4) the entry pointed before it: heap corruption under v1, a wrong result under v2
-    from tools import fuzzing as fuzz
-
-    with (
-        autofunc.override(fuzz_strategy, fuzz.OPS),
-        inductor_config.patch(fx_graph_cache=False),
-    ):
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        fn = base_written_before_the_region
-        a, b = torch.randn(2, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)[1:]
-        check = run_against_eager(fn, torch.compile(fn, fullgraph=True), [a, b])
-    assert check.correct, check.mismatch
+    torch.manual_seed(0)
+    a, b = torch.randn(2, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)[1:]
+    _check_with_fuzz_ops(base_written_before_the_region, fuzz_strategy, a, b)
