@@ -28,7 +28,7 @@ the start of the base's storage), a list argument as ``_a_length`` and ``_a_<i>_
 this module cannot read (another encoding, a missing spec) is left to PyTorch, with a debug
 log saying why.
 
-Imports ``adapter`` and ``views`` only (and PyTorch's HOP objects).
+Imports ``adapter``, ``views`` and ``errors`` only (and PyTorch's HOP objects).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from torch._ops import HigherOrderOperator
 from torch.utils import _pytree as pytree
 
 from .. import views
+from ..errors import UnsupportedCallError
 from .adapter import DirectCall, Mutation, Slot, adapter_for, register_adapter, unregister_adapter
 
 __all__ = ["SubgraphAdapter", "enable", "enabled"]
@@ -62,6 +63,8 @@ class SubgraphAdapter:
             return False
         try:
             self.read(node)
+        except UnsupportedCallError:
+            raise  # a region no compiled call of which matches eager (never left to PyTorch)
         except Exception:  # an encoding this module does not know: the node stays PyTorch's
             log.debug("%s: left to PyTorch, not readable as a region call", node, exc_info=True)
             return False
@@ -78,6 +81,8 @@ class SubgraphAdapter:
         n = len(hop_val) - len(bases)
         if n < 0:
             raise ValueError("fewer outputs than bases")
+        identifier = kwargs.get("identifier")
+        name = f"{hop.name()}:{identifier}" if isinstance(identifier, str) else hop.name()
         # Note [Region view entries count from the base as traced]
         originals = tuple(hop_val[n:])
         slots: list[Slot] = []
@@ -87,14 +92,14 @@ class SubgraphAdapter:
             if f"_{arg.name}_length" in kwargs:  # a list argument
                 length = kwargs.pop(f"_{arg.name}_length")
                 entries = [
-                    _slot(kwargs, f"_{arg.name}_{i}", originals, arg.name, i)
+                    _slot(kwargs, f"_{arg.name}_{i}", originals, arg.name, i, name)
                     for i in range(length or 0)
                 ]
                 kwargs[arg.name] = None if length is None else [None] * length
                 slots += [s for s in entries if s is not None]
             else:
                 kwargs[arg.name] = None
-                slot = _slot(kwargs, f"_{arg.name}", originals, arg.name, None)
+                slot = _slot(kwargs, f"_{arg.name}", originals, arg.name, None, name)
                 if slot is not None:
                     slots.append(slot)
         leftover = [k for k in kwargs if k.startswith("_")]
@@ -119,8 +124,6 @@ class SubgraphAdapter:
                 declares_writes=False,
             )
 
-        identifier = kwargs.get("identifier")
-        name = f"{hop.name()}:{identifier}" if isinstance(identifier, str) else hop.name()
         mutation = Mutation(
             None,
             self.strategy,
@@ -160,9 +163,12 @@ def _schema(node: Any) -> Any:
     return pytree.tree_unflatten([], spec).schema
 
 
-def _slot(kwargs: dict, prefix: str, bases: tuple, arg: str, index: int | None) -> Slot | None:
+def _slot(
+    kwargs: dict, prefix: str, bases: tuple, arg: str, index: int | None, where: str
+) -> Slot | None:
     """The slot a written argument's view entries describe (popped from ``kwargs``), or
-    ``None`` for an absent (``None``) tensor. ``bases`` are the bases' values as traced.
+    ``None`` for an absent (``None``) tensor. ``bases`` are the bases' values as traced;
+    ``where`` names the region, for errors.
 
     Note [Region view entries count from the base as traced]
     An ``as_strided`` entry's offset counts from the start of the base's storage *as traced*:
@@ -188,13 +194,60 @@ def _slot(kwargs: dict, prefix: str, bases: tuple, arg: str, index: int | None) 
         dim = kwargs.pop(f"{prefix}_slice_dim")
         start = kwargs.pop(f"{prefix}_slice_start")
         end = kwargs.pop(f"{prefix}_slice_end")
-        step = views.Slice(dim, start, end)
-        if not all(_plain(v) for v in vars(step).values()):
-            raise TypeError(f"a symbolic view step {step} of a region's operand")
+        if not all(_plain(v) for v in (dim, start, end)):
+            raise TypeError(f"a symbolic slice entry ({dim}, {start}, {end}) of a region's operand")
+        step = _traced_slice(bases[base_index], dim, start, end, where, arg)
         chain = views.ViewChain((step,))
     else:  # the base itself
         chain = views.ViewChain()
     return Slot(arg, index, base_index, chain)
+
+
+def _traced_slice(
+    base: torch.Tensor, dim: int, start: int, end: int, where: str, arg: str
+) -> views.Slice:
+    """The slice of ``base`` (its value as traced) a slice entry ``(dim, start, end)`` stands
+    for.
+
+    Note [Region slice entries count from the storage]
+    PyTorch records a written operand that differs from its base in one dimension only as a
+    slice whose start is the operand's storage offset over its stride there: counted from the
+    start of the *storage*, not of the base, and regenerated as a slice of the base. For a
+    base at a storage offset (a graph input ``randn(12)[1:]``) PyTorch's own call then takes
+    ``a[1:4]`` for ``a[0:3]`` (its ``aot_eager`` gives a wrong result). The region runs on
+    the base's value at the call, at the offset the node's output for the base shows, and the
+    start is moved back by that offset. A slice past the base's end is an error naming the
+    region and the argument: PyTorch traced the region on the clamped slice, a tensor of
+    another shape than the operand eager passes, and no call of it computes what eager does
+    (fuzz seed 20261270 #142: Inductor raised "subgraph args must have consistent values").
+    Open (PyTorch's trace, not readable from the graph): the operand's offset counts from the
+    base's value when the view was *made*; a view of a graph input at a storage offset made
+    before an earlier call replaced the input's value by a fresh tensor counts from the old
+    offset, and its slice stays in range but holds other elements (docs/limitations.md).
+    """
+    n, stride, offset = base.size(dim), base.stride(dim), base.storage_offset()
+    traced = len(range(*slice(start, end).indices(n)))
+    if traced != end - start:
+        problem = (
+            f"PyTorch traced the region on a {traced}-element slice (elements {start} to {end} "
+            f"of dimension {dim}, of {n}) of an operand of {end - start} elements"
+        )
+    elif offset == 0:
+        return views.Slice(dim, start, end)
+    elif stride > 0 and offset % stride == 0:
+        first, stop = start - offset // stride, end - offset // stride
+        if 0 <= first and stop <= n:
+            return views.Slice(dim, first, stop)
+        problem = f"PyTorch traced the region on a slice ({start} to {end}) outside its base"
+    else:
+        problem = f"PyTorch traced the region on a slice counted from storage offset {offset}"
+    raise UnsupportedCallError(
+        where,
+        f"{problem} (PyTorch counts a slice's start from the start of the storage)",
+        arg=arg,
+        hint="Pass the region a tensor whose base starts its storage (a .clone() of the "
+        "input, or a view of one)",
+    )
 
 
 def _strided_chain(base: torch.Tensor, size: Any, stride: Any, offset: Any) -> views.ViewChain:

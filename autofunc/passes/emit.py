@@ -151,12 +151,17 @@ def emit_clone(
     ``iota``, where eager computed a dense tensor. No copy with those strides can be written (two
     elements share one location), so it is copied densely (``clone``, contiguous), which is the
     tensor eager had. A graph input that overlaps itself is the caller's own tensor and keeps
-    the exact copy.
+    the exact copy. Unless the op takes that copy whole and alone, it is pinned (``pin_layout``):
+    Inductor computes a view of a buffer it has not computed yet into a buffer of its own, so
+    the op would write a copy of the view (fuzz seed 20261269 #257: ``m3([r2, r2.narrow(1, 0,
+    1)], a)``, where ``r2`` missed the writes through the narrow; the built-in is wrong too).
     """
     val = src.meta["val"]
     if overlaps_itself(val) and src.op != "placeholder":
         # Note [A buffer that overlaps itself]: a dense copy, not one with these strides.
         node = emit(ctx, _aten.clone.default, (src,), {"memory_format": torch.contiguous_format})
+        if aliased or not direct:
+            node = pin_layout(ctx, node)
     elif contiguous_or_false(val) and not aliased:
         node = emit(ctx, _aten.clone.default, (src,))
     elif direct and not aliased and src.op == "call_function" and src.target in VIEW_OPS:
@@ -295,7 +300,9 @@ def pin_layout(ctx: Any, buf: fx.Node) -> fx.Node:
     """
     if buf.op == "placeholder":  # a graph input's layout is fixed already
         return buf
-    return emit_as_strided(ctx, buf, *geometry_of(ctx, buf), 0)
+    pinned = emit_as_strided(ctx, buf, *geometry_of(ctx, buf), 0)
+    pinned.meta["autofunc.pin"] = True
+    return pinned
 
 
 def emit_as_strided(ctx: Any, base: fx.Node, size: Any, stride: Any, rel: Any) -> fx.Node:

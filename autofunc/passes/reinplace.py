@@ -39,7 +39,7 @@ from .. import hops as _hops  # noqa: F401 - registers the v1 and v2 adapters
 from ..errors import GraphError
 from ..hops.adapter import Mutation, accepted, adapter_for, mutation_targets
 from ..hops.common import Distinct, unpack_outputs
-from .alias import AliasAnalysis
+from .alias import VIEW_OPS, AliasAnalysis
 from .emit import (
     NO_VAL,
     emit,
@@ -264,6 +264,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                 if root is not None:
                     ctx.written_inputs.add(root)
                 new_bufs.append(buf.node)
+                _pin_unrealized_root(ctx, buf.node)
                 pin = aliased or _realize_whole(ctx, buf)
                 arg_bases.append(pin_layout(ctx, buf.node) if pin else buf.node)
                 inplace.append(buf)
@@ -318,6 +319,43 @@ def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
         and buf.node.op != "placeholder"
         and not all(c.is_alias for c in buf.chains)
     )
+
+
+def _pin_unrealized_root(ctx: _Pass, buf: fx.Node) -> None:
+    """Make the chain of views ``buf`` starts from a buffer Inductor has not computed yet start
+    from a pinned alias of it instead (``pin_layout``).
+
+    Note [A written view of an unrealized buffer]
+    Under v1 the buffer of ``op(r1.narrow(0, 0, 2))``, with ``r1 = a.sum(2) * 0.5``, is the
+    narrow itself, and under v2 a base can be a view of a computed value too. Written in
+    place, the op takes that view as it is, and Inductor computes a view of a buffer it has
+    not realized into a buffer of the view's elements only: the op writes that copy and ``r1``
+    never sees the write (fuzz seed 20261263 #26; PyTorch's built-in is wrong the same way).
+    An ``as_strided`` alias of the whole root with its own geometry makes Inductor compute the
+    root once, in place, and every view of the alias is then a view of that memory. Only the
+    root is pinned, never a view: a pinned view of a graph input can lose its offset (the
+    attempt that pinned the view itself broke fuzz seeds 20261267 #84 and 20261268 #20).
+    Roots Inductor computes at their place (an extern kernel, an op's output, a graph input)
+    are left as they are. (``Policy.pin_views_of_unrealized``.)
+    """
+    if not ctx.policy.pin_views_of_unrealized or ctx.policy.lazy_reader is None:
+        return
+    first, root = None, buf
+    while root.op == "call_function" and root.target in VIEW_OPS and root.args:
+        if root.meta.get("autofunc.pin"):
+            return  # pinned already
+        first, root = root, root.args[0]
+    if (
+        first is None
+        or not isinstance(root, fx.Node)
+        or not isinstance(root.target, torch._ops.OpOverload)
+        or not isinstance(root.meta.get("val"), torch.Tensor)
+        or not ctx.policy.lazy_reader(root)
+    ):
+        return
+    with ctx.gm.graph.inserting_before(first):
+        pinned = pin_layout(ctx, root)
+    first.replace_input_with(root, pinned)
 
 
 def _emit_call(

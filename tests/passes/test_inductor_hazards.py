@@ -807,25 +807,13 @@ def test_a_lazy_reader_the_call_writes_is_not_computed_as_old(fuzz_strategy):
 # -- fuzz seed 20261263 #26 (v1; PyTorch's built-in wrong too): a buffer that is a view -------
 
 
-@pytest.mark.parametrize(
-    "fuzz_strategy",
-    [
-        pytest.param(
-            "v1",
-            marks=pytest.mark.xfail(
-                strict=True, reason="open: v1 writes Inductor's own copy of the view (see below)"
-            ),
-        ),
-        "v2",
-    ],
-)
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
 def test_a_buffer_that_views_a_computed_buffer(fuzz_strategy):
-    # Open (v1 only; PyTorch's built-in is wrong too; also before this session). Under v1 the
-    # buffer of ``mlate(v2, a)`` is ``v2 = r1.narrow(0, 0, 2)`` itself, with ``r1`` not
-    # computed yet: Inductor computes ``v2`` into a buffer of its own, which the op writes,
-    # and ``r1`` never sees the write. Pinning such a buffer (Note [Views of unrealized
-    # buffers under Inductor]) fixed this program but broke others (a pinned view of an input
-    # lost its offset; heap corruption on fuzz seed 20261267 #84), so it was taken back.
+    # Note [A written view of an unrealized buffer]: under v1 the buffer of ``mlate(v2, a)`` is
+    # ``v2 = r1.narrow(0, 0, 2)`` itself, with ``r1`` not computed yet; Inductor computed ``v2``
+    # into a buffer of its own, which the op wrote, and ``r1`` never saw the write. The root
+    # ``r1`` is pinned now (the view itself never is: that broke fuzz seeds 20261267 #84 and
+    # 20261268 #20, whose programs are tests too).
     program = fuzz.program_for(20261263, 26)
     assert "ops.mlate(v2, a)" in program.source()
     failure = fuzz.check(program, fuzz_strategy, "inductor")
@@ -867,3 +855,40 @@ def test_a_view_of_a_written_diagonal_of_an_input(fuzz_strategy):
     torch.manual_seed(272033013)
     a, b = torch.randn(4, 6, 3, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
     check_fuzz_ops(view_of_a_written_diagonal, fuzz_strategy, a, b)
+
+
+# -- fuzz seed 20261269 #257 (v1 and v2; PyTorch's built-in wrong too): views of a dense copy --
+
+
+def views_of_an_expanded_value(a, b):
+    r2 = torch.zeros((6, 4), dtype=torch.float64).cumsum(0)  # Inductor: an expanded iota
+    fuzz.m3([r2, r2.narrow(1, 0, 1)], a)  # one buffer, written whole and through a narrow
+    fuzz.m3([b, b, b], r2)  # reads both writes
+    return ()
+
+
+def written_view_of_a_sum(a):
+    r1 = a.sum(2) * 0.5
+    v2 = r1.narrow(0, 0, 2)
+    fuzz.mlate(v2, a)  # v1: the buffer is the narrow itself
+    t = torch.ones(2, dtype=torch.float64)
+    fuzz.m3way(t[0], t[1], r1)  # writes r1 from its value after the first call
+    return (v2,)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_views_of_a_dense_copy_of_an_expanded_value(fuzz_strategy):
+    # Note [A buffer that overlaps itself]: the dense copy is pinned, so the narrow is a view of
+    # it and not a copy Inductor computes apart
+    torch.manual_seed(1520771379)
+    a = torch.randn(5, 5, 3, dtype=torch.float64)
+    b = torch.randn(2, 6, dtype=torch.float64)
+    check_fuzz_ops(views_of_an_expanded_value, fuzz_strategy, a, b)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_written_view_of_a_lazy_value(fuzz_strategy):
+    # Note [A written view of an unrealized buffer], the smallest form of fuzz seed 20261263 #26
+    torch.manual_seed(0)
+    a = torch.randn(6, 2, 3, dtype=torch.float64).permute(2, 0, 1)
+    check_fuzz_ops(written_view_of_a_sum, fuzz_strategy, a)

@@ -283,3 +283,49 @@ def test_region_view_entries_count_from_the_traced_base(fuzz_strategy):
     torch.manual_seed(0)
     a, b = torch.randn(2, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)[1:]
     _check_with_fuzz_ops(base_written_before_the_region, fuzz_strategy, a, b)
+
+
+# -- fuzz seed 20261270 #142: slice entries of a base at a storage offset ----------------------
+
+
+def regions_on_slices_of_an_offset_input(a, y):
+    from tools import fuzzing as fuzz
+
+    g = fuzz.REGIONS.m1(a[0:3], y)  # PyTorch records elements 1 to 4: a[1:4]
+    h = fuzz.REGIONS.m1(a[4:7], y)
+    return (g, h)
+
+
+def region_on_a_slice_past_the_base(a, y):
+    from tools import fuzzing as fuzz
+
+    v0, v1 = a.split([3, 3])
+    g = fuzz.REGIONS.m1(v1, y)  # recorded as elements 4 to 7 of 6: traced on two of them
+    h = fuzz.REGIONS.m1(v0, y)
+    return (g, h)
+
+
+def _offset_input(n):
+    torch.manual_seed(0)
+    return torch.randn(n + 1, dtype=torch.float64)[1:], torch.randn(3, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_region_slice_entries_count_from_the_base(fuzz_strategy):
+    # Note [Region slice entries count from the storage]: PyTorch's own entries write a[1:4]
+    # for a[0:3] (wrong under aot_eager, and under Inductor before the fix)
+    _check_with_fuzz_ops(regions_on_slices_of_an_offset_input, fuzz_strategy, *_offset_input(11))
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_region_traced_on_a_clamped_slice_is_refused(fuzz_strategy):
+    # the region's graph was traced on two elements of a three-element operand: an error that
+    # names the region and the argument, not Inductor's "subgraph args must have consistent
+    # values" (nor a wrong result)
+    from tools import fuzzing as fuzz
+
+    fn = region_on_a_slice_past_the_base
+    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match=r"argument 'arg0' of op invoke_subgraph:.*2-element"):
+            torch.compile(fn, fullgraph=True)(*_offset_input(6))
