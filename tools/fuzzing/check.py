@@ -22,10 +22,11 @@ LIMITATIONS = (
     # v1 writes a clone back into the argument, i.e. mutates through the view chain; PyTorch's
     # functionalization refuses when that chain contains as_strided (pytorch#104505).
     (re.compile(r"as_strided\(\) is non-compositional"), "mutation through an as_strided view"),
-    # PyTorch traced a nested_compile_region on a slice it counted from the wrong storage
-    # offset; autofunc refuses it by name (Note [Region slice entries count from the storage]
-    # in autofunc/hops/subgraph.py).
-    (re.compile(r"PyTorch traced the region on a .*slice"), "a region traced on a wrong slice"),
+    # PyTorch traced a nested_compile_region on a view it recorded wrongly (a slice counted from
+    # the storage's start, or a view of a base whose layout changed before the call); autofunc
+    # refuses it by name (Notes [Region slice entries count from the storage] and [Where a
+    # region's view entries count from] in autofunc/hops/subgraph.py).
+    (re.compile(r"PyTorch traced the region on a"), "a region traced on a wrongly recorded view"),
 )
 
 
