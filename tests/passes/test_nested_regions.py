@@ -329,3 +329,51 @@ def test_a_region_traced_on_a_clamped_slice_is_refused(fuzz_strategy):
         torch._dynamo.reset()
         with pytest.raises(Exception, match=r"argument 'arg0' of op invoke_subgraph:.*2-element"):
             torch.compile(fn, fullgraph=True)(*_offset_input(6))
+
+
+# -- fuzz seed 20261278 #408, #617: a base whose value changed layout before the region -------
+
+
+def view_made_before_the_input_was_replaced(a):
+    from tools import fuzzing as fuzz
+
+    v0 = a[1, :, None]  # made on the strided input: recorded at offset 48 of stride 48
+    a.mul_(2.0)  # a's value: a fresh, dense tensor (stride 24)
+    r1 = v0.cumsum(0)
+    g = fuzz.REGIONS.m1(v0, r1)
+    fuzz.REGIONS.m1(g, r1)
+    return (g,)
+
+
+def view_made_before_an_ambiguous_move(a):
+    from tools import fuzzing as fuzz
+
+    v0 = a[1:3:2]  # recorded at storage offset 2 of the input at offset 1
+    fuzz.m2(v0, v0, v0)  # a's value: a fresh tensor at offset 0, where 2 is a view too
+    r3 = v0.sum(0) * 1.5
+    fuzz.REGIONS.m1(v0, r3)
+    fuzz.REGIONS.m1(v0, r3)
+    return ()
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_region_view_made_before_its_base_changed_layout(fuzz_strategy):
+    # Note [Where a region's view entries count from]: read against the dense value at the
+    # call, the entry (offset 48) was outside it; PyTorch's own handling fails too
+    torch.manual_seed(0)
+    a = torch.randn(2, 12, 4, dtype=torch.float64)[:, :6]
+    _check_with_fuzz_ops(view_made_before_the_input_was_replaced, fuzz_strategy, a)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_region_view_of_unknown_origin_is_refused(fuzz_strategy):
+    # both the input's offset (1) and the fresh value's (0) fit the entry, and they name
+    # different elements: an error naming the region and the argument (it was a wrong result)
+    from tools import fuzzing as fuzz
+
+    fn = view_made_before_an_ambiguous_move
+    a = torch.randn(4, dtype=torch.float64)[1:]
+    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match=r"argument 'arg0' of op invoke_subgraph:.*not say"):
+            torch.compile(fn, fullgraph=True)(a)
