@@ -47,9 +47,10 @@ from typing import Any, NamedTuple
 import torch
 from torch import fx
 
+from ..hops.adapter import accepted, adapter_for, mutation_targets
 from .alias import VIEW_OPS
 from .emit import emit
-from .facts import _nbytes
+from .facts import _nbytes, _view_base
 
 _aten = torch.ops.aten
 
@@ -102,9 +103,39 @@ def plan_realization(
                 todo.append(u)
     if not all(isinstance(n.meta.get("val"), torch.Tensor) for n in frontier):
         return None
+    if any(_written_by_a_later_call(n, call) for n in frontier):
+        return None  # Note [A realized value a later call writes]
     returned = set(outputs)
     cost = sum(_nbytes(n.meta["val"]) for n in frontier if n not in returned)
     return Realization(tuple(sorted(frontier)), cost, moved)
+
+
+def _written_by_a_later_call(node: fx.Node, call: fx.Node) -> bool:
+    """Whether a mutation node after ``call`` writes ``node`` (or a view of it) as a buffer.
+
+    Note [A realized value a later call writes]
+    The realized copy of a frontier node (``copy_(empty_like(f), f)``) is what every later
+    user reads, a later call's buffer too. When that call writes it in place, Inductor's
+    scheduler fails on the graph (``KeyError: 'op8'`` in ``compute_ancestors``: the buffer
+    ``copy_`` lowers into an ``empty_like`` by renaming depends on itself once a fallback kernel
+    mutates it; fuzz seed 20261279 #278, ``r5 = v * -2; m1(v, r5); g = v * 0.5 + r5.mean();
+    m3way(g, g, r5)`` under v2, also before the realization had this check). No such frontier
+    is realized: the call keeps its clone (``LAZY_READ``).
+    """
+    seen, todo = {node}, [node]
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            if u in seen or u.op != "call_function":
+                continue
+            if u.target in VIEW_OPS:
+                seen.add(u)
+                todo.append(u)
+            elif u > call and u.target in mutation_targets() and accepted(u):
+                m = adapter_for(u.target).read(u)
+                if any(_view_base(b) is node for b in m.buffers):
+                    return True
+    return False
 
 
 # Ops a reader may be moved back before the call as (pure, deterministic, never re-inplaced by

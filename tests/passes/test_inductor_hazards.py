@@ -892,3 +892,24 @@ def test_a_written_view_of_a_lazy_value(fuzz_strategy):
     torch.manual_seed(0)
     a = torch.randn(6, 2, 3, dtype=torch.float64).permute(2, 0, 1)
     check_fuzz_ops(written_view_of_a_sum, fuzz_strategy, a)
+
+
+# -- fuzz seed 20261279 #278 (v2): a realized value that a later call writes -------------------
+
+
+def realized_value_written_later(a):
+    _, v1 = a.split([1, 1], 1)
+    v2 = v1[:, 0:1:3]
+    r5 = v2 * -2.0  # read by the first call, used after it: computed before it (a realization)
+    fuzz.m1(v2, r5)
+    g6 = v2 * 0.5 + r5.mean()
+    fuzz.m3way(g6, g6, r5)  # writes r5 (its realized copy)
+    return (g6,)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_realized_value_a_later_call_writes(fuzz_strategy):
+    # Note [A realized value a later call writes]: Inductor's scheduler raised KeyError under v2
+    torch.manual_seed(0)
+    a = torch.randn(3, 2, dtype=torch.float64)
+    check_fuzz_ops(realized_value_written_later, fuzz_strategy, a)
