@@ -39,6 +39,7 @@ from .. import hops as _hops  # noqa: F401 - registers the v1 and v2 adapters
 from ..errors import GraphError
 from ..hops.adapter import Mutation, accepted, adapter_for, mutation_targets
 from ..hops.common import Distinct, unpack_outputs
+from ..symbolic import is_symbolic
 from .alias import VIEW_OPS, AliasAnalysis
 from .emit import (
     NO_VAL,
@@ -264,7 +265,6 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                 if root is not None:
                     ctx.written_inputs.add(root)
                 new_bufs.append(buf.node)
-                _pin_unrealized_root(ctx, buf.node)
                 pin = aliased or _realize_whole(ctx, buf)
                 arg_bases.append(pin_layout(ctx, buf.node) if pin else buf.node)
                 inplace.append(buf)
@@ -283,6 +283,8 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
             # Note [Buffers of one call decided in turn]
             if reason is Reason.INPLACE and buf.node.op != "placeholder":
                 _fold_scatters(ctx, buf.node)
+                # after the fold: the scatters of the next buffers still start from the root
+                _pin_unrealized_root(ctx, buf.node)
         call, num_returns = _emit_call(ctx, node, m, arg_bases)
     for key, user in outs.items():  # what is left: the op's own outputs
         repl = call if num_returns is None else getitem_of(graph, call, key, user)
@@ -336,7 +338,10 @@ def _pin_unrealized_root(ctx: _Pass, buf: fx.Node) -> None:
     root is pinned, never a view: a pinned view of a graph input can lose its offset (the
     attempt that pinned the view itself broke fuzz seeds 20261267 #84 and 20261268 #20).
     Roots Inductor computes at their place (an extern kernel, an op's output, a graph input)
-    are left as they are. (``Policy.pin_views_of_unrealized``.)
+    are left as they are, and so are roots of symbolic geometry: with the pin, Inductor gave a
+    wrong result for ``op(x, x.nonzero().float()[:])`` under v1 (the conformance program
+    ``af_recompile_unbacked``: an unbacked size, strides ``(1, u0)``), which is right without
+    it. (``Policy.pin_views_of_unrealized``.)
     """
     if not ctx.policy.pin_views_of_unrealized or ctx.policy.lazy_reader is None:
         return
@@ -351,6 +356,7 @@ def _pin_unrealized_root(ctx: _Pass, buf: fx.Node) -> None:
         or not isinstance(root.target, torch._ops.OpOverload)
         or not isinstance(root.meta.get("val"), torch.Tensor)
         or not ctx.policy.lazy_reader(root)
+        or any(is_symbolic(v) for v in (*root.meta["val"].shape, *root.meta["val"].stride()))
     ):
         return
     with ctx.gm.graph.inserting_before(first):
