@@ -13,7 +13,7 @@ import operator
 from typing import Any
 
 import torch
-import torch.fx as fx
+from torch import fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..hops.adapter import mutation_targets
@@ -267,20 +267,51 @@ def _separate_outputs_from_inputs(ctx: _Pass) -> None:
         if not isinstance(arg, fx.Node) or _written_input(arg) not in copied_back:
             return arg
         if arg not in clones:
-            with graph.inserting_before(_copy_point(ctx, arg, out)):
+            point = _copy_point(ctx, arg, out)
+            root = _view_base(arg)
+            if root is not arg and point is out:
+                # a view of the scatter, taken after the copy-back: taken before it instead
+                point = _copy_point(ctx, root, out)
+                if point is not out and not _views_before(arg, root, point):
+                    point = out
+            with graph.inserting_before(point):
                 clones[arg] = emit_clone(ctx, arg)
         return clones[arg]
 
     out.args = fx.node.map_arg(out.args, separate)
 
 
+def _views_before(view: fx.Node, root: fx.Node, point: fx.Node) -> bool:
+    """Move the chain of views from ``root`` to ``view`` before ``point`` where it stands after
+    it (views read nothing: only their own inputs must come first); whether it is there now."""
+    chain = []
+    node = view
+    while node is not root:
+        chain.append(node)
+        node = node.args[0]
+    chain.reverse()
+    moving = [n for n in chain if n > point]
+    placed = set(chain) - set(moving)
+    for n in moving:
+        if any(a > point and a not in placed for a in n.all_input_nodes if a not in chain):
+            return False
+    for n in moving:
+        point.prepend(n)
+    return True
+
+
 def _copy_point(ctx: _Pass, arg: fx.Node, out: fx.Node) -> fx.Node:
     """Where to copy the returned ``arg``: before the first later scatter built on its memory
     (Inductor re-inplaces such a scatter into the input too, and would overwrite ``arg``'s
-    memory before a copy placed after it reads it; fuzz seed 20261128 #6), else before the
-    output. A graph input is copied at the end: its returned value is the one copied back."""
+    memory before a copy placed after it reads it; fuzz seed 20261128 #6), or before the copy
+    of a later value back into that input (``t0 = b.clone(); op(b, b, b); t0.diagonal(-1)
+    .mul_(2); return t0``: the scatter is re-inplaced into ``b`` once ``remove_noop_ops`` drops
+    the clone, and the copy-back of the op's value overwrote it before the output was copied;
+    fuzz seed 20261285 #231, PyTorch's built-in wrong too), else before the output. A graph
+    input is copied at the end: its returned value is the one copied back."""
     if arg.op == "placeholder":
         return out
+    written = _written_input(arg)
     node = arg.next
     while node is not out:
         base = node.args[0] if node.op == "call_function" and node.args else None
@@ -290,6 +321,8 @@ def _copy_point(ctx: _Pass, arg: fx.Node, out: fx.Node) -> fx.Node:
             and ctx.analysis.same_memory(base, arg)
         ):
             return node
+        if node.target is _aten.copy_.default and base is written:
+            return node  # the copy-back of a later value into that input (fuzz 20261285 #231)
         node = node.next
     return out
 

@@ -48,6 +48,7 @@ import torch
 from torch import fx
 
 from ..hops.adapter import accepted, adapter_for, mutation_targets
+from ..symbolic import is_symbolic
 from .alias import VIEW_OPS
 from .emit import emit
 from .facts import _nbytes, _view_base
@@ -105,6 +106,8 @@ def plan_realization(
         return None
     if any(_written_by_a_later_call(n, call) for n in frontier):
         return None  # Note [A realized value a later call writes]
+    if any(_restrided_for_a_later_region(n, call) for n in frontier):
+        return None
     returned = set(outputs)
     cost = sum(_nbytes(n.meta["val"]) for n in frontier if n not in returned)
     return Realization(tuple(sorted(frontier)), cost, moved)
@@ -136,6 +139,32 @@ def _written_by_a_later_call(node: fx.Node, call: fx.Node) -> bool:
                 if any(_view_base(b) is node for b in m.buffers):
                     return True
     return False
+
+
+def _restrided_for_a_later_region(node: fx.Node, call: fx.Node) -> bool:
+    """Whether a higher-order op after ``call`` (a region) takes ``node`` while its realized
+    copy would have other strides (``empty_like`` lays out a tensor with gaps densely).
+
+    A region called twice with one operand, given the operand itself the first time and its
+    realized copy the second, gets two layouts for one argument, which Inductor refuses
+    ("subgraph args must have consistent values"; fuzz seed 20261286 #230:
+    ``t1 = b.clone(); v2 = t1[3:6:2]; g = region(b, v2); region(g, v2)``, where
+    ``remove_noop_ops`` makes ``v2`` a view of ``b``). No such frontier is realized: the call
+    keeps its clone (``LAZY_READ``).
+    """
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not _restrided(val):
+        return False
+    return any(
+        u > call and isinstance(u.target, torch._ops.HigherOrderOperator) for u in node.users
+    )
+
+
+def _restrided(val: torch.Tensor) -> bool:
+    """Whether ``empty_like(val)`` has other strides than ``val`` (symbolic: assumed so)."""
+    if any(is_symbolic(v) for v in (*val.shape, *val.stride())):
+        return True
+    return tuple(torch.empty_like(val).stride()) != tuple(val.stride())
 
 
 # Ops a reader may be moved back before the call as (pure, deterministic, never re-inplaced by

@@ -913,3 +913,21 @@ def test_a_realized_value_a_later_call_writes(fuzz_strategy):
     torch.manual_seed(0)
     a = torch.randn(3, 2, dtype=torch.float64)
     check_fuzz_ops(realized_value_written_later, fuzz_strategy, a)
+
+
+# -- fuzz seed 20261285 #231 (v1, v2; PyTorch's built-in wrong too): a returned scatter ---------
+
+
+def scatter_of_a_dropped_clone_returned(b):
+    t0 = b.clone()  # remove_noop_ops drops it: the scatter below is built on b
+    v1 = t0.diagonal(-1, 0, 1)
+    fuzz.m3way(b, b, b)
+    v1.mul_(2.0)  # Inductor re-inplaces the scatter into b, which the copy-back then overwrites
+    return (t0, v1.unfold(0, 3, 3))  # the view of it is taken after the copy-back
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_returned_scatter_is_copied_before_the_copy_back(fuzz_strategy):
+    # Note [Returned scatters under Inductor], _copy_point
+    torch.manual_seed(0)
+    check_fuzz_ops(scatter_of_a_dropped_clone_returned, fuzz_strategy, torch.randn(6, 5).double())

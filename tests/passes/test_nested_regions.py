@@ -377,3 +377,27 @@ def test_a_region_view_of_unknown_origin_is_refused(fuzz_strategy):
         torch._dynamo.reset()
         with pytest.raises(Exception, match=r"argument 'arg0' of op invoke_subgraph:.*not say"):
             torch.compile(fn, fullgraph=True)(a)
+
+
+# -- fuzz seed 20261286 #230: a strided read operand of a region, realized for the second call --
+
+
+def strided_read_operand_of_two_regions(b):
+    from tools import fuzzing as fuzz
+
+    t1 = b.clone()
+    v2 = t1[3:6:2]  # read by both calls; the first writes b
+    g4 = fuzz.REGIONS.m1(b, v2)
+    fuzz.REGIONS.m1(g4, v2)
+    return (t1, g4)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_strided_read_operand_of_a_region_keeps_its_layout(fuzz_strategy):
+    # _restrided_for_a_later_region in passes/lazy_reads.py: realized densely for the second
+    # call, the operand had two layouts and Inductor raised "subgraph args must have consistent
+    # values"
+    torch.manual_seed(0)
+    _check_with_fuzz_ops(
+        strided_read_operand_of_two_regions, fuzz_strategy, torch.randn(6).double()
+    )
