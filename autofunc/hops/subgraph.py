@@ -28,7 +28,7 @@ the start of the base's storage), a list argument as ``_a_length`` and ``_a_<i>_
 this module cannot read (another encoding, a missing spec) is left to PyTorch, with a debug
 log saying why.
 
-Imports ``adapter``, ``views`` and ``errors`` only (and PyTorch's HOP objects).
+Imports ``adapter``, ``views``, ``errors`` and ``symbolic`` only (and PyTorch's HOP objects).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from torch.utils import _pytree as pytree
 
 from .. import views
 from ..errors import UnsupportedCallError
+from ..symbolic import span_extent
 from .adapter import DirectCall, Mutation, Slot, adapter_for, register_adapter, unregister_adapter
 
 __all__ = ["SubgraphAdapter", "enable", "enabled"]
@@ -288,9 +289,6 @@ class _TracedBases:
     def __init__(self, node: Any, originals: tuple, n: int):
         self.node, self.originals, self.n = node, originals, n
 
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return self.originals[i]
-
     def candidates(self, i: int) -> tuple[_Geom, ...]:
         memo = self.node.meta.setdefault("autofunc.region_base_geometries", {})
         if i not in memo:  # first read: before the pass rewrites anything
@@ -419,20 +417,14 @@ def _moved_view(
 
 def _inside(geom: _Geom, size: list, stride: list, offset: int) -> bool:
     """Whether the elements of the geometry ``(size, stride, offset)`` lie within the span of
-    the elements of a base of geometry ``geom`` (static geometry only)."""
+    the elements of a base of geometry ``geom`` (static geometry only; strides are never
+    negative)."""
     if any(s == 0 for s in size):
         return True
     if any(s == 0 for s in geom[0]):
         return False
-
-    def span(sz: Any, st: Any, at: int) -> tuple[int, int]:
-        lo = at + sum(min(0, (n - 1) * k) for n, k in zip(sz, st))
-        hi = at + sum(max(0, (n - 1) * k) for n, k in zip(sz, st))
-        return lo, hi
-
-    lo, hi = span(size, stride, offset)
-    blo, bhi = span(*geom)
-    return blo <= lo and hi <= bhi
+    end = offset + span_extent(size, stride)
+    return geom[2] <= offset and end <= geom[2] + span_extent(geom[0], geom[1])
 
 
 def _value(v: Any) -> Any:

@@ -321,7 +321,7 @@ def _copy_point(ctx: _Pass, arg: fx.Node, out: fx.Node) -> fx.Node:
             and ctx.analysis.same_memory(base, arg)
         ):
             return node
-        if node.target is _aten.copy_.default and base is written:
+        if written is not None and node.target is _aten.copy_.default and base is written:
             return node  # the copy-back of a later value into that input (fuzz 20261285 #231)
         node = node.next
     return out

@@ -51,7 +51,7 @@ from ..hops.adapter import accepted, adapter_for, mutation_targets
 from ..symbolic import is_symbolic
 from .alias import VIEW_OPS
 from .emit import emit
-from .facts import _nbytes, _view_base
+from .facts import _nbytes, _users_through_views, _view_base
 
 _aten = torch.ops.aten
 
@@ -125,20 +125,14 @@ def _written_by_a_later_call(node: fx.Node, call: fx.Node) -> bool:
     m3way(g, g, r5)`` under v2, also before the realization had this check). No such frontier
     is realized: the call keeps its clone (``LAZY_READ``).
     """
-    seen, todo = {node}, [node]
-    while todo:
-        n = todo.pop()
-        for u in n.users:
-            if u in seen or u.op != "call_function":
-                continue
-            if u.target in VIEW_OPS:
-                seen.add(u)
-                todo.append(u)
-            elif u > call and u.target in mutation_targets() and accepted(u):
-                m = adapter_for(u.target).read(u)
-                if any(_view_base(b) is node for b in m.buffers):
-                    return True
-    return False
+    return any(
+        u > call
+        and u.op == "call_function"
+        and u.target in mutation_targets()
+        and accepted(u)
+        and any(_view_base(b) is node for b in adapter_for(u.target).read(u).buffers)
+        for u in _users_through_views(node)
+    )
 
 
 def _restrided_for_a_later_region(node: fx.Node, call: fx.Node) -> bool:
