@@ -56,12 +56,12 @@ def explain(
 
 
 def _explain_inductor(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None) -> Report:
+    from .inductor import collect_reports, install_pass  # first: Note [Importing the compiler ...]
+
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
     from torch._inductor.compile_fx import compile_fx
-
-    from .inductor import collect_reports, install_pass
 
     install_pass()
 

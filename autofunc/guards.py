@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import torch
 
+from .compiler_imports import import_compiler
+
 __all__ = ["compile_lock", "drop_compiled_code", "guard_current_compile"]
 
 log = logging.getLogger("autofunc.guards")
@@ -94,6 +96,7 @@ def _exporting() -> bool:
 def drop_compiled_code() -> int:
     """Drop Dynamo's compiled code of every frame compiled so far (its guards and graphs);
     each frame recompiles on its next call. Returns how many code objects had some."""
+    import_compiler()  # Note [Importing the compiler beside a first compile]
     from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list, reset_code
     from torch._dynamo import convert_frame
 
@@ -126,6 +129,7 @@ def compile_lock() -> Any:
     waits for a compile in flight, and the frames compiled before it are guarded on the state
     they saw. The same thread may hold it already (a registration inside a backend).
     """
+    import_compiler()  # Note [Importing the compiler beside a first compile]
     from torch._dynamo import convert_frame
 
     return convert_frame.compile_lock

@@ -20,8 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch._inductor.config as inductor_config
-from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from .compiler_imports import import_compiler
+
+import_compiler()  # before any of Inductor: Note [Importing the compiler beside a first compile]
+
+import torch._inductor.config as inductor_config  # noqa: E402
+from torch._inductor.custom_graph_pass import CustomGraphPass  # noqa: E402
 
 try:  # torch >= 2.10: the pass is told whether the graph is an inference graph
     from torch._inductor.custom_graph_pass import CustomInferenceAwareGraphPass as _Base

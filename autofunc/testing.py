@@ -57,6 +57,10 @@ def compile_capture(
     may transform the graph first (e.g. to mimic what an Inductor pass would do to it).
     """
     from functorch.compile import make_boxed_func
+
+    from .compiler_imports import import_compiler
+
+    import_compiler()  # Note [Importing the compiler beside a first compile]
     from torch._dynamo.backends.common import aot_autograd
 
     captured = CapturedGraphs()

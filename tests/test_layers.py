@@ -10,7 +10,7 @@ import autofunc
 ROOT = Path(autofunc.__file__).parent
 
 LAYERS = [
-    {"errors", "symbolic"},
+    {"errors", "symbolic", "compiler_imports"},
     {"schema", "views"},
     {"regions"},
     {"hops"},

@@ -22,6 +22,7 @@ from torch.fx.experimental.proxy_tensor import (
     track_tensor_tree,
 )
 
+from ..compiler_imports import import_compiler
 from ..regions import overlaps, region_of_storage, tensors_may_overlap
 from ..schema import OpInfo
 from ..symbolic import contiguous_or_false, copy_extent
@@ -283,6 +284,7 @@ def allow_hops_in_dynamo() -> None:
     runs the functionalize/proxy rules above, so the compiled graph holds the HOP as if
     autofunc had emitted it, and the re-inplace pass handles it as usual.
     """
+    import_compiler()  # Note [Importing the compiler beside a first compile]
     while _not_allowed_yet:
         torch.compiler.allow_in_graph(_not_allowed_yet.pop())
 
