@@ -14,6 +14,7 @@ import contextlib
 import functools
 import hashlib
 import logging
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from .compiler_imports import import_compiler
 import_compiler()  # before any of Inductor: Note [Importing the compiler beside a first compile]
 
 import torch._inductor.config as inductor_config  # noqa: E402
-from torch._inductor.custom_graph_pass import CustomGraphPass  # noqa: E402
+from torch._inductor.custom_graph_pass import CustomGraphModulePass, CustomGraphPass  # noqa: E402
 
 try:  # torch >= 2.10: the pass is told whether the graph is an inference graph
     from torch._inductor.custom_graph_pass import CustomInferenceAwareGraphPass as _Base
@@ -37,6 +38,7 @@ from . import registry
 from .guards import guard_current_compile
 from .hops import subgraph as _subgraph
 from .hops import triton as _triton
+from .hops.adapter import accepted
 from .passes.inductor_repairs import INDUCTOR
 from .passes.reinplace import reinplace
 
@@ -115,23 +117,12 @@ class ReinplacePass(_Base):
         self.then = then
 
     def __call__(self, graph: torch.fx.Graph, is_inference: bool | None = None) -> None:
-        gm = graph.owning_module
-        report = reinplace(
-            gm, enable=inductor_config_enabled(), is_inference=is_inference, policy=INDUCTOR
-        )
-        if report.calls:
-            _state.deliver(report)
-            _publish(report)
-        if self.then is None:
-            return
-        if (
-            isinstance(self.then, CustomGraphPass)
-            and _Base is not CustomGraphPass
-            and isinstance(self.then, _Base)
-        ):
-            self.then(graph, is_inference=bool(is_inference))
-        else:
-            self.then(graph)
+        _run_pass(graph.owning_module, is_inference)
+        for then in _passes(self.then):  # one pass, or a list of them as Inductor allows
+            if isinstance(then, _Base) and _Base is not CustomGraphPass:
+                then(graph, is_inference=bool(is_inference))
+            else:
+                then(graph)
 
     def uuid(self) -> Any:
         # Inductor's FX graph cache and AOTAutograd's cache key on this. It must change whenever
@@ -144,8 +135,109 @@ class ReinplacePass(_Base):
             f"{_source_digest()};reinplace={inductor_config_enabled()};"
             f"triton={_triton.enabled()};regions={_subgraph.enabled()}".encode()
         )
-        then = self.then.uuid() if hasattr(self.then, "uuid") else repr(self.then)
+        then = tuple(p.uuid() if hasattr(p, "uuid") else repr(p) for p in _passes(self.then))
         return (own.hexdigest(), registry.state_token(), then)
+
+
+def _passes(value: Any) -> tuple:
+    """A ``post_grad_custom_post_pass`` value (None, one pass or a list) as a tuple."""
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _run_pass(gm: torch.fx.GraphModule, is_inference: bool | None, note: str = "") -> None:
+    """Run the re-inplace pass on ``gm`` and deliver its report (``note``: why it ran where)."""
+    report = reinplace(
+        gm, enable=inductor_config_enabled(), is_inference=is_inference, policy=INDUCTOR
+    )
+    if report.calls:
+        report.note = note
+        _state.deliver(report)
+        _publish(report)
+
+
+class DeviceBackstop(CustomGraphModulePass):
+    """autofunc's pass in Inductor's per-device pass slot, for graphs whose
+    ``post_grad_custom_post_pass`` did not run it; optionally followed by the device pass that
+    was there before.
+
+    Note [The pass is never missing]
+    ``post_grad_custom_post_pass`` is one config entry, and whoever sets it for a compile replaces
+    autofunc's pass there: ``torch.compile(options=...)`` and ``compile_fx(config_patches=...)``
+    set it around the whole compile *and again* around the inner compile (so the pass the
+    functionalization rule installs meanwhile is undone), and vLLM hands its pass manager in
+    that way. A graph holding autofunc's HOPs then reached lowering, which failed ("autofunc_v2
+    is not an OpOverload"). Inductor runs one more graph pass per device after the custom post
+    passes and before its own re-inplacing and the decomposition of PyTorch's functional nodes,
+    which config patches do not touch: ``custom_backend_passes`` (keyed on a device the graph
+    uses; its ``uuid`` is part of the FX graph cache key). autofunc puts this class there for
+    every device Inductor knows. Where the post pass ran, no functional mutation node is left
+    and it does nothing; where one is left, it runs the whole pass there, so the HOPs are
+    decided by autofunc's rules, the same as in the post-pass slot (the custom post pass saw
+    them undecided), logs a warning naming the pass that replaced autofunc's (once per kind),
+    and the report says where it ran. Installed with the pass, from the first compile that
+    has loaded Inductor's code generation (its registration imports every backend's).
+    """
+
+    def __init__(self, then: Any = None):
+        self.then = then
+
+    def __call__(self, gm: torch.fx.GraphModule) -> None:
+        if any(accepted(n) for n in gm.graph.nodes):
+            reason = _why_missing()
+            if reason not in _warned:
+                _warned.add(reason)
+                log.warning(
+                    "autofunc: the re-inplace pass did not run as Inductor's post-grad custom "
+                    "pass (%s); it ran as the device pass, after that pass, and decided every "
+                    "call (Note [The pass is never missing] in autofunc/inductor.py)",
+                    reason,
+                )
+            _run_pass(gm, None, note=f"ran as Inductor's device pass: {reason}")
+        if self.then is not None:
+            self.then(gm)
+
+    def uuid(self) -> Any:
+        then = self.then.uuid() if hasattr(self.then, "uuid") else repr(self.then)
+        return ("autofunc-device-backstop", ReinplacePass().uuid(), then)
+
+
+_warned: set[str] = set()
+
+
+def _why_missing() -> str:
+    current = inductor_config.post_grad_custom_post_pass
+    if current is None:
+        return "post_grad_custom_post_pass is None in this compile"
+    if any(isinstance(p, ReinplacePass) for p in _passes(current)):
+        return "post_grad_custom_post_pass holds autofunc's pass, but it left nodes undecided"
+    names = ", ".join(type(p).__qualname__ for p in _passes(current))
+    return (
+        f"post_grad_custom_post_pass is {names} in this compile, set by config_patches, "
+        f"torch.compile(options=...) or inductor_config.patch after autofunc installed its pass"
+    )
+
+
+def _install_backstops() -> None:
+    """Put :class:`DeviceBackstop` in every device's pass slot that lacks it (idempotent; only
+    once Inductor's code generation is loaded, Note [The pass is never missing])."""
+    common = sys.modules.get("torch._inductor.codegen.common")
+    table = getattr(common, "custom_backend_passes", None)
+    if common is None or table is None:
+        return
+    common.init_backend_registration()  # registers the devices (cached): it would overwrite ours
+    for device, current in list(table.items()):
+        if not isinstance(current, DeviceBackstop):
+            table[device] = DeviceBackstop(then=current)
+
+
+def _uninstall_backstops() -> None:
+    common = sys.modules.get("torch._inductor.codegen.common")
+    table = getattr(common, "custom_backend_passes", None) or {}
+    for device, current in list(table.items()):
+        if isinstance(current, DeviceBackstop):
+            table[device] = current.then
 
 
 def _publish(report: Any) -> None:
@@ -227,6 +319,7 @@ def install_pass() -> None:
     which covers a thread whose user set a post-grad pass of their own: theirs runs after ours.
     """
     _rewrap(lambda p: p if isinstance(p, ReinplacePass) else ReinplacePass(then=p))
+    _install_backstops()
 
 
 def uninstall_pass() -> None:
@@ -235,6 +328,7 @@ def uninstall_pass() -> None:
     registration is removed; the next registration installs the pass again."""
     if not _triton.enabled():
         _rewrap(lambda p: p.then if isinstance(p, ReinplacePass) else p)
+        _uninstall_backstops()
 
 
 def _rewrap(change: Any) -> None:

@@ -21,6 +21,16 @@ Contract of an adapter's ``read(node)``:
   as ``None`` (a tensor, or an absent optional) or a list of ``None`` placeholders of the list's
   length, which the slots fill.
 
+Note [Opaque arguments]
+An argument of the op that is neither a tensor nor a symbolic number (a script object, an
+opaque object of ``torch._library.opaque_object``, whose fake value is a ``FakeScriptObject``,
+a hoisted value object, a string) is in ``kwargs`` as the graph gives it and reaches the direct
+call unchanged. The pass models no memory behind it: it is never a buffer, never read or
+written as far as the alias analysis goes, and the report does not list it (vLLM's attention
+op finds its layer, and the KV cache it writes, through one; PyTorch sees that write no more
+than autofunc does). Only a tensor input without a fake value makes the pass refuse the graph
+(``GraphError``).
+
 Imports ``schema`` and ``views`` only.
 """
 

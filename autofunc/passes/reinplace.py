@@ -439,7 +439,10 @@ def _check_vals(hops: list[fx.Node]) -> None:
                 getattr(arg.graph.owning_module, arg.target, None), torch.Tensor
             ):
                 continue  # a subgraph or a constant that is no tensor (a region's schema)
-            if not isinstance(arg.meta.get("val"), (FakeTensor, torch.SymInt, int)):
+            val = arg.meta.get("val", NO_VAL)
+            if val is NO_VAL or (isinstance(val, torch.Tensor) and not isinstance(val, FakeTensor)):
+                # Anything else is a value the pass does not model and passes through as it is:
+                # a SymInt, an opaque object (Note [Opaque arguments] in hops/adapter.py).
                 raise GraphError(
                     f"autofunc.reinplace needs fake values in meta['val'] (node {arg.name}, an "
                     f"input of {hop.name}, has none); run FakeTensorProp on the graph first"

@@ -87,6 +87,7 @@ class Report:
 
     calls: list[CallReport] = dataclasses.field(default_factory=list)
     graph: str = ""
+    note: str = ""  # about the graph as a whole (where the pass ran, when not where installed)
 
     @property
     def decisions(self) -> list[Decision]:
@@ -106,6 +107,8 @@ class Report:
 
     def extend(self, other: "Report") -> None:
         self.calls.extend(other.calls)
+        if other.note and other.note not in self.note:
+            self.note = f"{self.note}; {other.note}" if self.note else other.note
 
     def rows(self) -> list[tuple[str, ...]]:
         rows = []
@@ -147,6 +150,7 @@ class Report:
         out = [title, line(header), line(tuple("-" * w for w in widths))]
         out += [line(r) for r in rows]
         out += [f"note on {c.node} ({c.op}): {c.note}" for c in self.calls if c.note]
+        out += [f"note: {self.note}"] if self.note else []
         out.append(
             f"{len(self.calls)} call(s), {self.num_clones} clone(s): "
             f"{format_bytes(self.bytes_cloned)} cloned, {format_bytes(self.bytes_saved)} saved"
