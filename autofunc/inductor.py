@@ -38,7 +38,7 @@ from . import registry
 from .guards import guard_current_compile
 from .hops import subgraph as _subgraph
 from .hops import triton as _triton
-from .hops.adapter import accepted
+from .hops.adapter import accepted, adapter_kinds
 from .passes.inductor_repairs import INDUCTOR
 from .passes.reinplace import reinplace
 
@@ -133,7 +133,7 @@ class ReinplacePass(_Base):
         guard_current_compile(registry.state_token)
         own = hashlib.sha256(
             f"{_source_digest()};reinplace={inductor_config_enabled()};"
-            f"triton={_triton.enabled()};regions={_subgraph.enabled()}".encode()
+            f"adapters={adapter_kinds()}".encode()
         )
         then = tuple(p.uuid() if hasattr(p, "uuid") else repr(p) for p in _passes(self.then))
         return (own.hexdigest(), registry.state_token(), then)

@@ -36,8 +36,9 @@ Imports ``schema`` and ``views`` only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from .. import views
@@ -49,9 +50,13 @@ __all__ = [
     "Mutation",
     "Slot",
     "accepted",
-    "adapter_for",
+    "adapter_kinds",
+    "adapters_for",
     "mutation_targets",
+    "read_node",
+    "reading_once",
     "register_adapter",
+    "registered",
     "unregister_adapter",
 ]
 
@@ -162,33 +167,58 @@ class Mutation:
 
 class Adapter(Protocol):
     """Reads one kind of functional mutation node. An adapter may also define
-    ``accepts(node) -> bool``: a node of its target it does not accept is left as it is (one
-    target may serve several kinds of call, of which the adapter reads some)."""
+    ``accepts(node)``: a node it does not accept (falsy) is left to the next adapter of its
+    target, or as it is (one target serves several kinds of call: PyTorch's
+    ``auto_functionalized_v2`` around an op or around a region). An adapter that must read a
+    node to decide may return the :class:`Mutation` it read, which is then used as it is."""
 
     strategy: str
 
     def read(self, node: Any) -> Mutation: ...
 
 
-_ADAPTERS: dict[Any, Adapter] = {}
+# Note [Several adapters per target]
+# A target may have several adapters, asked in the order they were registered; the first that
+# accepts a node reads it. Registering an adapter of a class a target already has replaces
+# that one (switching a kind off and on keeps its place). ``read_node`` is the one way the
+# pass reads a node; inside ``reading_once()`` (one run of the pass) each node is read once
+# while its arguments stay the same objects (a rewrite of an earlier call replaces the nodes
+# a later one takes: that one is read again).
+_ADAPTERS: dict[Any, tuple[Adapter, ...]] = {}
+_memo: dict | None = None  # node -> (args, kwargs, adapters, Mutation | None), in reading_once
 
 
 def register_adapter(target: Any, adapter: Adapter) -> None:
-    """Make the re-inplace pass rewrite calls of ``target`` (a HOP) through ``adapter``."""
-    _ADAPTERS[target] = adapter
+    """Make the re-inplace pass rewrite calls of ``target`` (a HOP) that ``adapter`` accepts
+    (Note [Several adapters per target])."""
+    kept = [a for a in _ADAPTERS.get(target, ()) if type(a) is not type(adapter)]
+    old = [type(a) for a in _ADAPTERS.get(target, ())]
+    at = old.index(type(adapter)) if type(adapter) in old else len(kept)
+    kept.insert(at, adapter)
+    _ADAPTERS[target] = tuple(kept)
 
 
-def unregister_adapter(target: Any) -> None:
-    """Undo :func:`register_adapter` (nothing when ``target`` has none)."""
-    _ADAPTERS.pop(target, None)
+def unregister_adapter(target: Any, kind: type | None = None) -> None:
+    """Undo :func:`register_adapter` for adapters of class ``kind`` of ``target`` (every
+    adapter of it when ``kind`` is None; nothing when it has none)."""
+    kept = tuple(a for a in _ADAPTERS.get(target, ()) if kind is not None and type(a) is not kind)
+    if kept:
+        _ADAPTERS[target] = kept
+    else:
+        _ADAPTERS.pop(target, None)
 
 
-def adapter_for(target: Any) -> Adapter | None:
-    """The adapter of ``target``, or ``None`` when it is not a functional mutation node."""
+def adapters_for(target: Any) -> tuple[Adapter, ...]:
+    """The adapters of ``target`` in the order they are asked (empty: no mutation node)."""
     try:
-        return _ADAPTERS.get(target)
+        return _ADAPTERS.get(target, ())
     except TypeError:  # an unhashable target is no HOP
-        return None
+        return ()
+
+
+def registered(target: Any, kind: type) -> bool:
+    """Whether an adapter of class ``kind`` is registered for ``target``."""
+    return any(type(a) is kind for a in adapters_for(target))
 
 
 def mutation_targets() -> tuple[Any, ...]:
@@ -196,10 +226,50 @@ def mutation_targets() -> tuple[Any, ...]:
     return tuple(_ADAPTERS)
 
 
+def adapter_kinds() -> tuple[str, ...]:
+    """The adapters switched on, as stable names (``target:Class``): what a cache key of the
+    pass must include."""
+    return tuple(
+        f"{getattr(t, '__name__', None) or getattr(t, 'name', lambda: repr(t))()}:"
+        f"{type(a).__qualname__}"
+        for t, adapters in _ADAPTERS.items()
+        for a in adapters
+    )
+
+
+def read_node(node: Any) -> Mutation | None:
+    """``node`` as a :class:`Mutation`, read by the first adapter of its target that accepts
+    it, or ``None`` (not a functional mutation node any adapter reads)."""
+    adapters = adapters_for(getattr(node, "target", None))
+    if not adapters:
+        return None
+    if _memo is not None:
+        hit = _memo.get(node)
+        if hit is not None and hit[0] is node.args and hit[1] is node.kwargs and hit[2] is adapters:
+            return hit[3]
+    found = None
+    for adapter in adapters:
+        accepts = getattr(adapter, "accepts", None)
+        verdict = True if accepts is None else accepts(node)
+        if verdict:
+            found = verdict if isinstance(verdict, Mutation) else adapter.read(node)
+            break
+    if _memo is not None:
+        _memo[node] = (node.args, node.kwargs, adapters, found)
+    return found
+
+
 def accepted(node: Any) -> bool:
-    """Whether ``node`` is a functional mutation node its target's adapter reads."""
-    adapter = adapter_for(getattr(node, "target", None))
-    if adapter is None:
-        return False
-    accepts = getattr(adapter, "accepts", None)
-    return accepts is None or bool(accepts(node))
+    """Whether ``node`` is a functional mutation node one of its target's adapters reads."""
+    return read_node(node) is not None
+
+
+@contextlib.contextmanager
+def reading_once() -> Iterator[None]:
+    """Read each node once inside the block (Note [Several adapters per target])."""
+    global _memo
+    outer, _memo = _memo, {} if _memo is None else _memo
+    try:
+        yield
+    finally:
+        _memo = outer

@@ -44,7 +44,7 @@ from torch.utils import _pytree as pytree
 from .. import views
 from ..errors import UnsupportedCallError
 from ..symbolic import span_extent
-from .adapter import DirectCall, Mutation, Slot, adapter_for, register_adapter, unregister_adapter
+from .adapter import DirectCall, Mutation, Slot, register_adapter, registered, unregister_adapter
 
 __all__ = ["SubgraphAdapter", "enable", "enabled"]
 
@@ -60,17 +60,16 @@ class SubgraphAdapter:
 
     strategy = "region"
 
-    def accepts(self, node: Any) -> bool:
+    def accepts(self, node: Any) -> Mutation | bool:
         if not (node.args and isinstance(node.args[0], HigherOrderOperator)):
             return False
         try:
-            self.read(node)
+            return self.read(node)
         except UnsupportedCallError:
             raise  # a region no compiled call of which matches eager (never left to PyTorch)
         except Exception:  # an encoding this module does not know: the node stays PyTorch's
             log.debug("%s: left to PyTorch, not readable as a region call", node, exc_info=True)
             return False
-        return True
 
     def read(self, node: Any) -> Mutation:
         hop: HigherOrderOperator = node.args[0]
@@ -444,11 +443,11 @@ def enable(on: bool = True) -> None:
     if on:
         register_adapter(_BUILTIN_V2, SubgraphAdapter())
     else:
-        unregister_adapter(_BUILTIN_V2)
+        unregister_adapter(_BUILTIN_V2, SubgraphAdapter)
 
 
 def enabled() -> bool:
-    return adapter_for(_BUILTIN_V2) is not None
+    return registered(_BUILTIN_V2, SubgraphAdapter)
 
 
 enable()

@@ -58,8 +58,8 @@ from .adapter import (
     DirectCall,
     Mutation,
     Slot,
-    adapter_for,
     register_adapter,
+    registered,
     unregister_adapter,
 )
 from .common import same_storage
@@ -180,8 +180,8 @@ def enable(on: bool = True) -> None:
     if on:
         register_adapter(triton_kernel_wrapper_functional, TritonAdapter())
     else:
-        unregister_adapter(triton_kernel_wrapper_functional)
+        unregister_adapter(triton_kernel_wrapper_functional, TritonAdapter)
 
 
 def enabled() -> bool:
-    return adapter_for(triton_kernel_wrapper_functional) is not None
+    return registered(triton_kernel_wrapper_functional, TritonAdapter)

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import fx
 
-from ..hops.adapter import accepted, adapter_for, mutation_targets
+from ..hops.adapter import mutation_targets, read_node
 from ..symbolic import is_symbolic
 from .alias import VIEW_OPS
 from .emit import emit
@@ -129,8 +129,8 @@ def _written_by_a_later_call(node: fx.Node, call: fx.Node) -> bool:
         u > call
         and u.op == "call_function"
         and u.target in mutation_targets()
-        and accepted(u)
-        and any(_view_base(b) is node for b in adapter_for(u.target).read(u).buffers)
+        and (m := read_node(u)) is not None
+        and any(_view_base(b) is node for b in m.buffers)
         for u in _users_through_views(node)
     )
 

@@ -37,7 +37,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from .. import hops as _hops  # noqa: F401 - registers the v1 and v2 adapters
 from ..errors import GraphError
-from ..hops.adapter import Mutation, accepted, adapter_for, mutation_targets
+from ..hops.adapter import Mutation, accepted, mutation_targets, read_node, reading_once
 from ..hops.common import Distinct, unpack_outputs
 from ..symbolic import is_symbolic
 from .alias import VIEW_OPS, AliasAnalysis
@@ -157,6 +157,11 @@ def reinplace(
         TypeError: both ``policy`` and ``for_inductor`` given.
     """
     policy = _policy(policy, for_inductor)
+    with reading_once():  # Note [Several adapters per target] in hops/adapter.py
+        return _reinplace(gm, enable, is_inference, policy)
+
+
+def _reinplace(gm: fx.GraphModule, enable: bool, is_inference: bool | None, policy: Policy) -> Report:
     hops = _mutation_nodes(gm.graph)
     report = Report(graph=type(gm).__name__)
     if not hops:
@@ -179,8 +184,8 @@ def reinplace(
         regenerated=regenerated,
     )
     for node in hops:
-        # Read again: rewriting an earlier call replaced the nodes this one takes.
-        report.calls.append(_rewrite_call(ctx, node, adapter_for(node.target).read(node)))
+        # Read again where rewriting an earlier call replaced the nodes this one takes.
+        report.calls.append(_rewrite_call(ctx, node, read_node(node)))
     _remove_self_copies(gm.graph)
     _copy_returned_inputs(ctx)
     _keep_saved_inputs(ctx)
