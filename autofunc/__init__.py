@@ -11,6 +11,8 @@ Public API:
   (``torch.library.wrap_triton`` / ``triton_op``); off by default.
 * :func:`reinplace_nested_regions`: whether the pass handles ``nested_compile_region`` calls
   that write their inputs; on by default.
+* :func:`reinplace_pytorch_nodes`: let the pass decide PyTorch's own ``auto_functionalized``
+  and ``auto_functionalized_v2`` nodes around ops autofunc does not own; off by default.
 """
 
 from .errors import (
@@ -45,6 +47,7 @@ __all__ = [
     "explain",
     "reinplace_triton_kernels",
     "reinplace_nested_regions",
+    "reinplace_pytorch_nodes",
     "Report",
     "CallReport",
     "Decision",
@@ -84,6 +87,6 @@ def __getattr__(name: str):  # Note [Inductor imported when first needed]
 
     if name == "inductor":
         return importlib.import_module(".inductor", __name__)
-    if name in ("reinplace_triton_kernels", "reinplace_nested_regions"):  # the Inductor glue's
+    if name in ("reinplace_triton_kernels", "reinplace_nested_regions", "reinplace_pytorch_nodes"):
         return getattr(importlib.import_module(".inductor", __name__), name)
     raise AttributeError(f"module 'autofunc' has no attribute {name!r}")

@@ -85,7 +85,7 @@ def _imports_of_this_thread_only() -> Iterator[None]:
         _imp.acquire_lock()
         try:
             busy = _others_importing(locks, blocking, me)
-        except Exception:  # pragma: no cover - a lock table of another shape: do not wait
+        except Exception:  # noqa: BLE001 - a lock table of another shape: do not wait
             busy = False
         if not busy or time.monotonic() > deadline:
             break

@@ -26,8 +26,8 @@ from .compiler_imports import import_compiler
 
 import_compiler()  # before any of Inductor: Note [Importing the compiler beside a first compile]
 
-import torch._inductor.config as inductor_config  # noqa: E402
-from torch._inductor.custom_graph_pass import CustomGraphModulePass, CustomGraphPass  # noqa: E402
+import torch._inductor.config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphModulePass, CustomGraphPass
 
 try:  # torch >= 2.10: the pass is told whether the graph is an inference graph
     from torch._inductor.custom_graph_pass import CustomInferenceAwareGraphPass as _Base
@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover
 
 from . import registry
 from .guards import guard_current_compile
+from .hops import pytorch_nodes as _pytorch_nodes
 from .hops import subgraph as _subgraph
 from .hops import triton as _triton
 from .hops.adapter import accepted, adapter_kinds
@@ -48,6 +49,7 @@ __all__ = [
     "install_pass",
     "last_reports",
     "reinplace_nested_regions",
+    "reinplace_pytorch_nodes",
     "reinplace_triton_kernels",
     "uninstall_pass",
 ]
@@ -326,7 +328,7 @@ def uninstall_pass() -> None:
     """Put back the ``post_grad_custom_post_pass`` the user had (this thread's and the
     process-wide default), unless user Triton kernels still need the pass. Runs when the last
     registration is removed; the next registration installs the pass again."""
-    if not _triton.enabled():
+    if not (_triton.enabled() or _pytorch_nodes.enabled()):
         _rewrap(lambda p: p.then if isinstance(p, ReinplacePass) else p)
         _uninstall_backstops()
 
@@ -376,3 +378,21 @@ def reinplace_nested_regions(enabled: bool = True) -> None:
     [Writes Inductor cannot see]). Process-wide. See ``autofunc/hops/subgraph.py``.
     """
     _subgraph.enable(enabled)
+
+
+def reinplace_pytorch_nodes(enabled: bool = True) -> None:
+    """Let autofunc's pass decide PyTorch's own ``auto_functionalized`` (v1) and
+    ``auto_functionalized_v2`` nodes around a mutable op (``enabled``), or leave them to
+    Inductor's re-inplacing again (the default).
+
+    For a stack that keeps PyTorch's functionalization (vLLM's fusion passes match its v1
+    nodes): every mutable custom op gets autofunc's rules without being registered, and the
+    report lists these calls (strategy ``pytorch_v1``/``pytorch_v2``). Ops registered with
+    ``register`` are autofunc's HOPs as before. Process-wide; installs the Inductor pass. See
+    ``autofunc/hops/pytorch_nodes.py``.
+    """
+    _pytorch_nodes.enable(enabled)
+    if enabled:
+        install_pass()
+    elif not registry.registrations():
+        uninstall_pass()

@@ -230,11 +230,15 @@ def adapter_kinds() -> tuple[str, ...]:
     """The adapters switched on, as stable names (``target:Class``): what a cache key of the
     pass must include."""
     return tuple(
-        f"{getattr(t, '__name__', None) or getattr(t, 'name', lambda: repr(t))()}:"
-        f"{type(a).__qualname__}"
+        f"{_target_name(t)}:{type(a).__qualname__}"
         for t, adapters in _ADAPTERS.items()
         for a in adapters
     )
+
+
+def _target_name(target: Any) -> str:
+    name = getattr(target, "__name__", None)
+    return name if isinstance(name, str) else repr(target)
 
 
 def read_node(node: Any) -> Mutation | None:
