@@ -51,6 +51,7 @@ __all__ = [
     "reinplace_nested_regions",
     "reinplace_pytorch_nodes",
     "reinplace_triton_kernels",
+    "run_pass",
     "uninstall_pass",
 ]
 
@@ -119,7 +120,10 @@ class ReinplacePass(_Base):
         self.then = then
 
     def __call__(self, graph: torch.fx.Graph, is_inference: bool | None = None) -> None:
-        _run_pass(graph.owning_module, is_inference)
+        # A pass that runs autofunc's itself, later (vLLM's manager with the plugin on: Note
+        # [autofunc in vLLM's pass manager]), keeps the graph functional until then.
+        if not any(getattr(p, "runs_autofunc_pass", False) for p in _passes(self.then)):
+            run_pass(graph.owning_module, is_inference)
         for then in _passes(self.then):  # one pass, or a list of them as Inductor allows
             if isinstance(then, _Base) and _Base is not CustomGraphPass:
                 then(graph, is_inference=bool(is_inference))
@@ -148,8 +152,9 @@ def _passes(value: Any) -> tuple:
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
-def _run_pass(gm: torch.fx.GraphModule, is_inference: bool | None, note: str = "") -> None:
-    """Run the re-inplace pass on ``gm`` and deliver its report (``note``: why it ran where)."""
+def run_pass(gm: torch.fx.GraphModule, is_inference: bool | None, note: str = "") -> None:
+    """Run the re-inplace pass on ``gm`` as Inductor's post-grad pass does and deliver its
+    report (``note``: where it ran, when not in the post-pass slot)."""
     report = reinplace(
         gm, enable=inductor_config_enabled(), is_inference=is_inference, policy=INDUCTOR
     )
@@ -196,7 +201,7 @@ class DeviceBackstop(CustomGraphModulePass):
                     "call (Note [The pass is never missing] in autofunc/inductor.py)",
                     reason,
                 )
-            _run_pass(gm, None, note=f"ran as Inductor's device pass: {reason}")
+            run_pass(gm, None, note=f"ran as Inductor's device pass: {reason}")
         if self.then is not None:
             self.then(gm)
 

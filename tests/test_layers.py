@@ -17,7 +17,7 @@ LAYERS = [
     {"guards"},
     {"passes", "registry"},
     {"inductor", "testing"},
-    {"explain"},
+    {"explain", "integrations"},
     {"__init__"},
     {"bench"},
     {"cli"},

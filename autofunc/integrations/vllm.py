@@ -1,0 +1,202 @@
+"""autofunc inside vLLM: one setting, every vLLM process, both compile modes.
+
+Set ``AUTOFUNC_VLLM`` in the environment that starts vLLM (it reaches the engine's and the
+workers' processes); with autofunc installed, vLLM calls :func:`load` in every process through
+the ``vllm.general_plugins`` entry point (``pyproject.toml``). Unset or ``0``, it does nothing.
+
+    AUTOFUNC_VLLM=1          autofunc's pass decides PyTorch's own functional nodes of every
+      (or pytorch-nodes)     mutable op (``reinplace_pytorch_nodes()``): vLLM keeps PyTorch's
+                             v1 functionalization, so its fusion passes match as before
+    AUTOFUNC_VLLM=register   vLLM's mutable ops on the CPU path (the attention op, rotary,
+                             oneDNN matmul) are registered with autofunc's v2 as well
+                             (:data:`OPS`; those the build lacks are skipped)
+    AUTOFUNC_VLLM_FORCE_COMPILE=1   on CPU, keep vLLM's own compile mode (``VLLM_COMPILE``, its
+                             pass manager) instead of the whole-graph Inductor vLLM falls back to
+                             there, with the CPU workarounds below
+
+Note [autofunc in vLLM's pass manager]
+vLLM's compile mode hands Inductor its ``PostGradPassManager`` as ``post_grad_custom_post_pass``
+through config patches (which replace autofunc's pass there, Note [The pass is never missing]
+in ``autofunc/inductor.py``). The manager runs vLLM's fusion passes, which match PyTorch's v1
+nodes, then clean-ups, an unsafe clone elimination, and last ``FixFunctionalizationPass``,
+vLLM's hand-written list of ops it de-functionalizes "blindly". autofunc's pass belongs exactly
+there: after the fusions (which must still see the functional nodes) and after the clone
+elimination (which assumes a functional graph and would drop a copy the pass keeps). So
+``PostGradPassManager.configure`` is wrapped to replace ``fix_functionalization`` by
+:class:`AutofuncFixFunctionalization`, which runs autofunc's pass and then vLLM's original on
+whatever is left (nodes autofunc leaves to PyTorch), and whose ``uuid`` covers both (vLLM's
+compile cache keys on it). The manager is marked so that autofunc's post pass, should it ever
+wrap the manager, does not run ahead of the fusions. In the whole-graph mode (vLLM's default on
+CPU) no manager is involved and autofunc's own post pass runs.
+
+Note [vLLM's CPU compile mode]
+vLLM 0.32.0 rewrites ``VLLM_COMPILE`` to a whole-graph Inductor compile on CPU. Kept as it is
+(``AUTOFUNC_VLLM_FORCE_COMPILE=1``), three vLLM bugs stop it, each worked around here: the pass
+manager's fusion passes are imported for CUDA/XPU only, so any ``fuse_*`` flag on CPU raises
+``NameError`` (turned off); ``compile_sizes`` stays ``None`` on CPU and the piecewise backend
+asserts it is a list (set to ``[]``); ``FixFunctionalizationPass`` compares nodes with ``_C``
+ops the CPU build does not define (``AttributeError``; defined here as never-called stubs).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+__all__ = ["OPS", "AutofuncFixFunctionalization", "load", "mode"]
+
+log = logging.getLogger("autofunc.vllm")
+
+#: The mutable ops vLLM's CPU path compiles, registered under ``AUTOFUNC_VLLM=register``.
+OPS = ("vllm::unified_attention_with_output", "_C::rotary_embedding", "_C::onednn_mm")
+
+# ``_C`` ops FixFunctionalizationPass looks up unconditionally (vLLM 0.32.0), absent on CPU.
+_FIX_FUNCTIONALIZATION_OPS = (
+    "fused_add_rms_norm_static_fp8_quant",
+    "rms_norm_dynamic_per_token_quant",
+    "rms_norm_static_fp8_quant",
+    "silu_and_mul_quant",
+    "fused_qk_norm_rope",
+    "silu_and_mul",
+    "fused_add_rms_norm",
+    "rms_norm",
+    "rotary_embedding",
+)
+
+_loaded: str | None = None
+_stubs: Any = None  # the torch.library.Library holding the stubs, kept alive
+
+
+def mode() -> str:
+    """The setting of ``AUTOFUNC_VLLM``: ``""`` (off), ``"pytorch-nodes"`` or ``"register"``."""
+    value = os.environ.get("AUTOFUNC_VLLM", "").strip().lower()
+    if value in ("", "0", "off", "false"):
+        return ""
+    if value in ("1", "on", "true", "pytorch-nodes"):
+        return "pytorch-nodes"
+    if value == "register":
+        return "register"
+    raise ValueError(
+        f"AUTOFUNC_VLLM={value!r}: expected 1 (or pytorch-nodes), register, or 0 to switch off"
+    )
+
+
+def load() -> None:
+    """The ``vllm.general_plugins`` entry point: set autofunc up in this vLLM process as
+    ``AUTOFUNC_VLLM`` says (idempotent; vLLM calls it in every process)."""
+    global _loaded
+    wanted = mode()
+    if not wanted or _loaded == wanted:
+        return
+    import autofunc
+
+    autofunc.reinplace_pytorch_nodes()
+    if wanted == "register":
+        _register_ops()
+    _wrap_pass_manager()
+    if os.environ.get("AUTOFUNC_VLLM_FORCE_COMPILE") == "1":
+        _keep_compile_mode_on_cpu()
+    _loaded = wanted
+    log.info("autofunc set up in vLLM (pid %d): %s", os.getpid(), wanted)
+
+
+def _register_ops() -> None:
+    import torch
+
+    import autofunc
+    import vllm._custom_ops  # noqa: F401 - defines the _C ops
+    import vllm.model_executor.layers.attention  # noqa: F401 - defines the attention op
+
+    for name in OPS:
+        ns, op = name.split("::")
+        if hasattr(getattr(torch.ops, ns), op):
+            autofunc.register(name, strategy="v2")
+        else:
+            log.info("autofunc: %s is not in this vLLM build; not registered", name)
+
+
+class AutofuncFixFunctionalization:
+    """vLLM's last post-grad pass, replaced: autofunc's pass, then vLLM's own
+    ``FixFunctionalizationPass`` on what autofunc left (Note [autofunc in vLLM's pass
+    manager])."""
+
+    def __init__(self, original: Any):
+        self.original = original
+
+    def __call__(self, graph: Any) -> None:
+        from .. import inductor
+
+        inductor.run_pass(
+            graph.owning_module, True, note="in vLLM's pass manager, before FixFunctionalization"
+        )
+        self.original(graph)
+
+    def uuid(self) -> str:
+        import hashlib
+        import json
+
+        from .. import inductor
+
+        theirs = self.original.uuid() if hasattr(self.original, "uuid") else repr(self.original)
+        ours = json.dumps(inductor.ReinplacePass().uuid(), default=repr, sort_keys=True)
+        return hashlib.sha256(f"autofunc:{ours};vllm:{theirs}".encode()).hexdigest()
+
+
+def _wrap_pass_manager() -> None:
+    from vllm.compilation.passes import pass_manager
+
+    manager = pass_manager.PostGradPassManager
+    if getattr(manager.configure, "autofunc", False):
+        return
+    configure = manager.configure
+
+    def configure_with_autofunc(self: Any, config: Any) -> None:
+        configure(self, config)
+        if not isinstance(self.fix_functionalization, AutofuncFixFunctionalization):
+            self.fix_functionalization = AutofuncFixFunctionalization(self.fix_functionalization)
+        self.runs_autofunc_pass = True  # Note [autofunc in vLLM's pass manager]
+
+    configure_with_autofunc.autofunc = True  # type: ignore[attr-defined]
+    manager.configure = configure_with_autofunc
+
+
+def _keep_compile_mode_on_cpu() -> None:
+    """Note [vLLM's CPU compile mode]."""
+    from vllm.config import CompilationMode
+    from vllm.platforms.cpu import CpuPlatform
+
+    original = CpuPlatform.check_and_update_config.__func__
+    if getattr(original, "autofunc", False):
+        return
+
+    def check_and_update_config(cls: Any, vllm_config: Any) -> None:
+        cc = vllm_config.compilation_config
+        wanted = cc.mode
+        original(cls, vllm_config)
+        if wanted != CompilationMode.VLLM_COMPILE:
+            return
+        cc.mode = CompilationMode.VLLM_COMPILE
+        if cc.compile_sizes is None:
+            cc.compile_sizes = []
+        for flag, value in vars(cc.pass_config).items():
+            if flag.startswith(("fuse_", "enable_qk_norm")) and value is True:
+                setattr(cc.pass_config, flag, False)
+        _stub_fix_functionalization_ops()
+
+    check_and_update_config.autofunc = True  # type: ignore[attr-defined]
+    CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
+
+
+def _stub_fix_functionalization_ops() -> None:
+    global _stubs
+    import torch
+
+    import vllm._custom_ops  # noqa: F401 - defines the _C ops this build has
+
+    missing = [n for n in _FIX_FUNCTIONALIZATION_OPS if not hasattr(torch.ops._C, n)]
+    if not missing or _stubs is not None:
+        return
+    _stubs = torch.library.Library("_C", "FRAGMENT")
+    for name in missing:  # compared against by FixFunctionalizationPass, never called
+        _stubs.define(f"{name}(Tensor autofunc_stub) -> ()")
