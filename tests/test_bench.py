@@ -4,6 +4,7 @@ Never asserts timings.
 """
 
 import json
+import os
 
 import pytest
 
@@ -239,25 +240,56 @@ def test_bench_json_holds_every_point_measured_so_far(tmp_path, monkeypatch):
 
 
 def test_gpu_campaign_dry_run(tmp_path):
-    # scripts/gpu_campaign.sh --dry-run: every step's entry point parses the options it is
-    # given, and the budgets fit an H100 session (25 minutes).
-    import os
+    # tools/gpu_campaign.py --dry-run, both parts: each part's step budgets add up to at most
+    # 300 s (one command of a 15-minute lease, with room to rerun it), at most 8 files come
+    # back in all, and every step's arguments parse with its entry point's own parser (the
+    # values too where a typo would only show on the GPU: strategies, sizes, kernels, configs).
     import subprocess
     import sys
     from pathlib import Path
 
+    from autofunc.bench.configs import CONFIGS
+    from autofunc.bench.kernel_cases import GOALS
+    from autofunc.cli import _parser, _sizes
+    from tools import gpu_campaign as gc
+
+    assert set(gc.PARTS) == {"part1", "part2"}
+    for part, steps in gc.PARTS.items():
+        assert sum(s.budget_s for s in steps) <= 300, part
+        assert len({s.name for s in steps}) == len(steps)
+    assert gc.main(["part1", "--dry-run", str(tmp_path)]) == 0
+    # the shell wrapper, as the GPU machine runs it
     script = Path(__file__).resolve().parent.parent / "scripts" / "gpu_campaign.sh"
-    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
-    proc = subprocess.run([str(script), "--dry-run"], env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(script), "part2", "--dry-run", str(tmp_path)],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = [line.split("\t") for line in (tmp_path / "campaign.tsv").read_text().splitlines()]
-    assert rows[0] == ["step", "rc", "seconds", "budget_s"]
-    steps = [r[0] for r in rows[1:]]
-    assert steps == [
-        "correctness", "kernels", "bench", "bench_cg", "compare", "fuzz_seed0", "triton_cache"
-    ]
-    assert all(r[1] == "0" for r in rows[1:])
-    assert sum(int(r[3]) for r in rows[1:]) <= 1500
+    assert len(list(tmp_path.iterdir())) <= 8
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"{part}{suffix}" for part in gc.PARTS for suffix in (".tsv", ".json", "-logs.tar.gz")
+    )
+    for part, steps in gc.PARTS.items():
+        rows = [line.split("\t") for line in (tmp_path / f"{part}.tsv").read_text().splitlines()]
+        assert rows[0] == ["step", "status", "rc", "seconds", "budget_s", "outputs"]
+        assert [r[:3] for r in rows[1:]] == [[s.name, "parses", "0"] for s in steps]
+        assert sum(int(r[4]) for r in rows[1:]) <= 300
+        doc = json.loads((tmp_path / f"{part}.json").read_text())
+        assert doc["dry_run"] and [s["status"] for s in doc["steps"]] == ["parses"] * len(steps)
+    # values the parsers take as plain strings
+    for step in (s for steps in gc.PARTS.values() for s in steps):
+        if step.entry == "autofunc":
+            args = _parser().parse_args(step.arguments(tmp_path))
+            if args.command == "bench":
+                assert set(args.strategies.split(",")) <= set(CONFIGS) and _sizes(args.sizes)
+            if args.command == "bench-kernels":
+                assert set(args.kernels.split(",")) <= set(GOALS)
+        if step.entry == "compare":
+            configs = step.argv[step.argv.index("--configs") + 1]
+            assert set(configs.split(",")) <= set(CONFIGS)
 
 
 def test_user_triton_case_on_cpu_is_measured_on_the_post_grad_graph(tmp_path):

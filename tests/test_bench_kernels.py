@@ -145,6 +145,25 @@ def test_main_writes_json(tmp_path, monkeypatch, capsys):
     assert "paged_attention" in out.out and "[4/4]" in out.err
 
 
+def test_a_run_stopped_part_way_keeps_its_points(tmp_path, monkeypatch):
+    # The GPU campaign stops a step out of budget with SIGINT: the points measured are on disk.
+    monkeypatch.setitem(kc.SWEEPS, "quick", TINY_SWEEP)
+    path = tmp_path / "k.json"
+    calls = iter(range(100))
+
+    def timer(fn):
+        if next(calls) == 4:  # the third point's kernel (two timings per point before it)
+            raise KeyboardInterrupt
+        fn()
+        return 1.0
+
+    args = argparse.Namespace(quick=True, device="cpu", json=str(path), kernels=[], max_gib=24.0)
+    with pytest.raises(KeyboardInterrupt):
+        kb.main(args, timer=timer, geometry=TINY)
+    records = json.loads(path.read_text())["records"]
+    assert [r["kernel"] for r in records] == list(kc.GOALS)[:2]
+
+
 # -- CLI --------------------------------------------------------------------------------------
 
 

@@ -109,3 +109,26 @@ def test_no_more_bytes_than_the_builtin(item2_rows, name):
 def test_builtin_v2_is_wrong_on_the_pr_198260_trap(rows):
     # Documents why autofunc checks the other arguments of a call (Reason.READ_BY_CALL).
     assert rows["dst_src_clone", "builtin_v2"].correct is False
+
+
+def test_json_is_rewritten_after_each_configuration(tmp_path, monkeypatch):
+    # The GPU campaign stops a step out of budget with SIGINT: the configurations done stay.
+    import json
+
+    import tools.compare as cmp
+
+    def fake(programs, configs, device):
+        if configs == ["builtin_v2"]:
+            raise KeyboardInterrupt
+        return [Row(p, configs[0], correct=True) for p in programs]
+
+    monkeypatch.setattr(cmp, "compare", fake)
+    path = tmp_path / "c.json"
+    argv = ["--programs", "kv_layers,list_arg", "--configs", "eager,autofunc_v2,builtin_v2"]
+    with pytest.raises(KeyboardInterrupt):
+        cmp.main([*argv, "--json", str(path)])
+    rows = json.loads(path.read_text())["rows"]
+    assert [(r["program"], r["config"]) for r in rows] == [
+        ("kv_layers", "eager"), ("list_arg", "eager"),
+        ("kv_layers", "autofunc_v2"), ("list_arg", "autofunc_v2"),
+    ]

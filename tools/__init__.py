@@ -5,6 +5,7 @@ Run each from the repository root as ``python -m tools.<name>`` (``--help`` for 
 * ``compare``: the program corpus under every configuration, with the bytes gate;
 * ``conformance``: PyTorch's and vLLM's mutable-custom-op programs on every backend;
 * ``fuzz_sweep`` / ``fuzz_campaign``: differential fuzzing, eager vs. compiled;
+* ``gpu_campaign``: what a lent GPU measures, in two parts of 300 s (``scripts/gpu_campaign.sh``);
 * ``guard_overhead``: the cost of autofunc's Dynamo guards per call;
 * ``profile_pass``: the re-inplace pass alone on a deep decoder's graph.
 

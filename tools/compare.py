@@ -204,7 +204,8 @@ def bytes_gate(rows: list[Row], device: str = "cpu") -> list[str]:
     return failures
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line (also read by ``tools.gpu_campaign``'s dry run)."""
     ap = argparse.ArgumentParser(
         prog="python -m tools.compare", description=__doc__.splitlines()[0]
     )
@@ -213,28 +214,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Compare, print the table and the bytes gate; ``--json`` is rewritten after each
+    configuration, so a run stopped part-way (a time budget) leaves the configurations done."""
+    args = _parser().parse_args(argv)
     if args.worker:  # the spec comes on stdin (bench.worker)
         _worker(worker.read_spec())
         return 0
     programs = [p for p in args.programs.split(",") if p] or list(corpus.PROGRAMS)
-    rows = compare(programs, args.configs.split(","), device=args.device)
+    rows: list[Row] = []
+    for config in args.configs.split(","):
+        rows += compare(programs, [config], device=args.device)
+        if args.json:
+            _write_json(args.json, rows, args.device)
     print(format_table(rows))
     failures = bytes_gate(rows, args.device)
     for line in failures:
         print(f"[bytes gate] FAIL {line}")
-    if args.json:
-        from autofunc.bench.env import environment
-
-        with open(args.json, "w") as f:
-            doc = {
-                "env": environment(),
-                "device": args.device,
-                "rows": [dataclasses.asdict(r) for r in rows],
-            }
-            json.dump(doc, f, indent=1)
     return 1 if failures else 0
 
+
+def _write_json(path: str, rows: list[Row], device: str) -> None:
+    from autofunc.bench.env import environment
+
+    doc = {"env": environment(), "device": device, "rows": [dataclasses.asdict(r) for r in rows]}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
 
 if __name__ == "__main__":
     sys.exit(main())

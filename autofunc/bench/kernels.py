@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import itertools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -168,14 +167,9 @@ def main(args: argparse.Namespace, timer: Timer = do_bench_ms, geometry: Geometr
         gib = kv_cache_bytes(geometry, **c.shape) / 2**30
         print(f"skipped {c.kernel} {c.shape}: {gib:.0f} GiB of K/V > --max-gib", file=sys.stderr)
 
-    done = itertools.count(1)
+    done: list[Row] = []
 
-    def progress(r: Row) -> None:
-        print(f"[{next(done)}/{len(cases)}] {format_rows([r])[2]}", file=sys.stderr, flush=True)
-
-    rows = run(cases, args.device, timer, progress)
-    print("\n".join(format_rows(rows)))
-    if args.json:
+    def save(rows: list[Row]) -> None:
         from .report import write_json
 
         write_json(
@@ -188,6 +182,17 @@ def main(args: argparse.Namespace, timer: Timer = do_bench_ms, geometry: Geometr
             goals=GOALS,
             skipped=[c.shape for c in skipped],
         )
+
+    def progress(r: Row) -> None:  # the JSON after every point: a run stopped part-way keeps them
+        done.append(r)
+        print(f"[{len(done)}/{len(cases)}] {format_rows([r])[2]}", file=sys.stderr, flush=True)
+        if args.json:
+            save(done)
+
+    rows = run(cases, args.device, timer, progress)
+    print("\n".join(format_rows(rows)))
+    if args.json:
+        save(rows)
     return 0 if all(r.checked and not r.error for r in rows) else 1
 
 
