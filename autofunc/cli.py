@@ -33,7 +33,18 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line (no usage block), exit status 2."""
+    """argparse whose errors are one line (no usage block), exit status 2. ``lazy_epilog``: a
+    function returning the epilog, called only when the help is printed (it may import what
+    parsing must not)."""
+
+    def __init__(self, *args: Any, lazy_epilog: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy_epilog = lazy_epilog
+
+    def format_help(self) -> str:
+        if self._lazy_epilog is not None:
+            self.epilog = self._lazy_epilog()
+        return super().format_help()
 
     def error(self, message: str) -> Any:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -58,7 +69,16 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"autofunc {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
-    bench = sub.add_parser("bench", help="memory/time/correctness sweep vs eager and the built-in")
+    bench = sub.add_parser(
+        "bench",
+        help="memory/time/correctness sweep vs eager and the built-in",
+        description="Compile each case with each strategy (a line of the plot), run it, and "
+        "compare its result, its memory above eager and its step time with eager's; print a "
+        "table and a one-line verdict (autofunc_v2 vs builtin_v2). Each point runs in its own "
+        "process unless --in-process. Output folders are created.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        lazy_epilog=_bench_epilog,
+    )
     which = bench.add_mutually_exclusive_group()
     sweeps = {
         "quick": "the default: every case at 2 small cache sizes, 2 layers, on CPU",
@@ -71,11 +91,13 @@ def _parser() -> argparse.ArgumentParser:
         )
     bench.add_argument("--json", default="", help="write records (with environment) here")
     bench.add_argument("--plot", default="", help="PNG of memory above eager, drawn from the JSON")
-    bench.add_argument("--cases", default="", help="comma-separated cases (default: the sweep's)")
+    bench.add_argument(
+        "--cases", default="", help="comma-separated cases (default: the sweep's; listed below)"
+    )
     bench.add_argument(
         "--strategies",
         default="",
-        help=f"comma-separated lines, of {', '.join(CONFIGS)} (default: all)",
+        help=f"comma-separated lines, of {', '.join(CONFIGS)} (default: all; listed below)",
     )
     bench.add_argument(
         "--sizes", default="", help="comma-separated BLOCKSxLAYERS points, e.g. 16x2,64x2"
@@ -140,11 +162,28 @@ def _parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", help="compile FUNCTION's program and print the report")
     explain.add_argument(
-        "target", metavar="MODULE:FUNCTION", help="FUNCTION() returns (fn, args) or (fn, args, ops)"
+        "target",
+        metavar="MODULE:FUNCTION",
+        help="FUNCTION is a zero-argument factory: FUNCTION() returns (fn, args) or "
+        "(fn, args, ops), and explain compiles and runs fn(*args)",
     )
     explain.add_argument("--strategy", choices=("v1", "v2"), default=None)
     explain.add_argument("--backend", choices=("inductor", "aot_eager"), default="inductor")
     return ap
+
+
+def _bench_epilog() -> str:
+    """The valid ``--cases`` and ``--strategies``, one line each (imports the cases: help only)."""
+    from .bench.cases import CASES
+    from .bench.configs import CONFIGS
+
+    def block(title: str, notes: dict[str, str]) -> list[str]:
+        width = max(map(len, notes))
+        return [title, *(f"  {name.ljust(width)}  {note}" for name, note in notes.items())]
+
+    lines = block("cases (--cases):", {n: c.note for n, c in CASES.items()})
+    lines += block("strategies (--strategies):", {n: c.note for n, c in CONFIGS.items()})
+    return "\n".join(lines)
 
 
 # --- argument checks: each raises _UsageError naming the option and what it got ----------------
@@ -174,15 +213,35 @@ def _sizes(text: str) -> tuple[tuple[int, int], ...]:
 
 
 def _check_writable(option: str, path: str) -> None:
-    """``path`` can be created or overwritten: its folder exists and is writable, and it is not
-    itself a folder. Checked up front so a long run never ends in a failed write."""
+    """``path`` can be created or overwritten: it is not a folder, and its folder exists and is
+    writable or can be created (its nearest existing ancestor is a writable folder). Checked up
+    front so a long run never ends in a failed write; :func:`_make_folders` creates the folder
+    once every argument is checked."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise _UsageError(f"{option} {path!r} is a directory, not a file path")
-    if not os.path.isdir(folder):
-        raise _UsageError(f"{option} {path!r}: directory {folder!r} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+    existing = folder
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise _UsageError(
+            f"{option} {path!r}: cannot create directory {folder!r}: {existing!r} is a file"
+        )
+    if not os.access(existing, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise _UsageError(f"{option} {path!r} is not writable")
+
+
+def _make_folders(*paths: str) -> None:
+    """Create the folder of each output path given (``""``: none), as ``mkdir -p`` would: the
+    README's ``--json bench-results/q.json`` works in a fresh clone. Called after every argument
+    is checked, so a usage error leaves nothing behind."""
+    for path in paths:
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as e:
+                raise _UsageError(f"cannot create directory {folder!r}: {e.strerror}") from None
 
 
 def _check_device(option: str, device: str) -> None:
@@ -211,7 +270,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.device:
         _check_device("--device", args.device)
 
-    from .bench import report, run
+    from .bench import plot, report, run
     from .bench import sweep as sweeps
 
     sweep = sweeps.SWEEPS[args.sweep or "quick"]
@@ -237,6 +296,7 @@ def _bench(args: argparse.Namespace) -> int:
         raise _UsageError(str(e)) from None
     if not args.device:
         _check_device(f"sweep {sweep.name!r} runs on", sweep.device)
+    _make_folders(json_path, args.plot)
     n = len(sweep.cases) * len(sweep.x_vals) * len(sweep.lines)
     print(f"[bench] sweep {sweep.name}: {n} points on {sweep.device} ({sweep.backend})", flush=True)
     t0 = time.perf_counter()
@@ -252,7 +312,7 @@ def _bench(args: argparse.Namespace) -> int:
         report.write_json(json_path, records, sweep)
         print(f"[bench] wrote {json_path}")
     if args.plot:
-        report.plot(json_path, args.plot)
+        plot.plot(json_path, args.plot)
         print(f"[bench] wrote {args.plot}")
     print(report.verdict(records))
     return 0
@@ -271,6 +331,7 @@ def _bench_compile(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise _UsageError(f"--repeat must be >= 1, got {args.repeat}")
     _check_device("--device", args.device)
+    _make_folders(args.json)
     from .bench import compile_time
 
     return compile_time.main(args)
@@ -289,6 +350,7 @@ def _bench_kernels(args: argparse.Namespace) -> int:
     unknown = [k for k in args.kernels if k not in GOALS]
     if unknown:
         raise _UsageError(f"--kernels: unknown {unknown}; known: {','.join(GOALS)}")
+    _make_folders(args.json)
     from .bench import kernels
 
     return kernels.main(args)
@@ -302,6 +364,7 @@ def _bench_triton(args: argparse.Namespace) -> int:
     if args.device not in ("cpu", "cuda"):
         raise _UsageError(f"--device must be cpu or cuda, got {args.device!r}")
     _check_device("--device", args.device)
+    _make_folders(args.json)
     from .bench import triton_cache
 
     return triton_cache.main(args)
@@ -346,6 +409,13 @@ def _load_target(target: str) -> tuple[Any, tuple, tuple]:
     if not callable(factory):
         what = "has no attribute" if factory is None else "has a non-callable"
         raise _UsageError(f"module {module_name!r} {what} {fn_name!r}")
+    required = _required_parameters(factory)
+    if required:
+        raise _UsageError(
+            f"{target} takes arguments ({', '.join(required)}), but FUNCTION must be a "
+            f"zero-argument factory that returns (fn, args) or (fn, args, ops), e.g. "
+            f"'def make(): return {fn_name}, (x, y)'; explain calls FUNCTION() and then fn(*args)"
+        )
     try:
         made = factory()
     except Exception as e:  # the user's factory failed: report it, not our stack
@@ -361,6 +431,19 @@ def _load_target(target: str) -> tuple[Any, tuple, tuple]:
             f"tuples, got {_describe(made)}"
         )
     return fn, tuple(fn_args), tuple(ops)
+
+
+def _required_parameters(fn: Any) -> list[str]:
+    """The parameters ``fn()`` would miss (``[]`` where its signature cannot be read)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+             inspect.Parameter.KEYWORD_ONLY)  # fmt: skip
+    return [p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
 
 
 _COMMANDS = {

@@ -26,6 +26,9 @@ _TARGETS = textwrap.dedent(
     def raises():
         raise RuntimeError("target is broken")
 
+    def decode(kv, rows, index):
+        return kv
+
     not_callable = 3
     """
 )
@@ -75,23 +78,23 @@ BENCH_ERRORS = {
     "sizes not integers": (["bench", "--sizes", "16xa"], "--sizes must be"),
     "sizes not pairs": (["bench", "--sizes", "16x2x3"], "BLOCKSxLAYERS"),
     "sizes zero": (["bench", "--sizes", "0x2"], "positive integers"),
-    "json dir missing": (
-        ["bench", "--json", "/nonexistent/dir/x.json"],
-        "directory '/nonexistent/dir' does not exist",
+    "json dir under a file": (
+        ["bench", "--json", "/dev/null/dir/x.json"],
+        "cannot create directory '/dev/null/dir': '/dev/null' is a file",
     ),
-    "plot dir missing": (["bench", "--plot", "/nonexistent/dir/x.png"], "does not exist"),
+    "plot dir under a file": (["bench", "--plot", "/dev/null/dir/x.png"], "is a file"),
     "repeat not int": (["bench", "--repeat", "abc"], "invalid int value: 'abc'"),
     "repeat negative": (["bench", "--repeat", "-1"], "--repeat must be >= 0"),
     "unknown case": (["bench", "--cases", "nope"], "['nope']"),
     "unknown device": (["bench", "--device", "tpu"], "--device must be cpu or cuda"),
     "layers not integers": (["bench-compile", "--layers", "8,x"], "--layers must be"),
     "layers zero": (["bench-compile", "--layers", "0,8"], "positive integers"),
-    "compile json": (["bench-compile", "--json", "/nonexistent/a.json"], "does not exist"),
+    "compile json": (["bench-compile", "--json", "/dev/null/a.json"], "is a file"),
     "compile repeat zero": (["bench-compile", "--repeat", "0"], "--repeat must be >= 1"),
     "kernels max-gib": (["bench-kernels", "--max-gib", "0"], "--max-gib must be > 0"),
     "kernels device": (["bench-kernels", "--device", "tpu"], "--device must be cpu or cuda"),
     "triton layers": (["bench-triton", "--layers", "2,x"], "--layers must be"),
-    "triton json": (["bench-triton", "--json", "/nonexistent/a.json"], "does not exist"),
+    "triton json": (["bench-triton", "--json", "/dev/null/a.json"], "is a file"),
     "triton device": (["bench-triton", "--device", "cuda:0"], "--device must be cpu or cuda"),
     "no command": ([], "required: command"),
 }
@@ -113,6 +116,18 @@ def test_bench_compile_arguments_are_parsed_once(monkeypatch):
     assert (args.device, args.json) == ("cpu", "")
 
 
+def test_output_folders_are_created_once_the_arguments_are_checked(tmp_path, monkeypatch, capsys):
+    # The README's `--json bench-results/q.json` in a fresh clone: the folder does not exist yet.
+    monkeypatch.setattr(compile_time, "main", lambda args: 0)
+    assert main(["bench-compile", "--json", str(tmp_path / "new" / "deeper" / "c.json")]) == 0
+    assert (tmp_path / "new" / "deeper").is_dir()
+    # a usage error found later leaves no folder behind
+    argv = ["bench-compile", "--json", str(tmp_path / "never" / "c.json"), "--repeat", "0"]
+    assert _run(argv) == 2
+    assert not (tmp_path / "never").exists()
+    capsys.readouterr()
+
+
 def test_bench_json_is_a_directory(tmp_path, capsys, no_work):
     _assert_usage_error(capsys, ["bench", "--json", str(tmp_path)], "is a directory")
 
@@ -126,6 +141,11 @@ EXPLAIN_ERRORS = {
     "returns ints": ("cli_targets:returns_pair_of_ints", "must return (fn, args)"),
     "args not a tuple": ("cli_targets:args_not_a_tuple", "must return (fn, args)"),
     "target raises": ("cli_targets:raises", "raised RuntimeError: target is broken"),
+    "target takes arguments": (
+        "cli_targets:decode",
+        "cli_targets:decode takes arguments (kv, rows, index), but FUNCTION must be a "
+        "zero-argument factory that returns (fn, args)",
+    ),
 }
 
 
@@ -150,6 +170,9 @@ def test_cli_process_prints_one_line_and_exits_2():
 
 
 def test_version_and_sweep_help(capsys):
+    from autofunc.bench.cases import CASES
+    from autofunc.bench.configs import CONFIGS
+
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0
@@ -157,10 +180,16 @@ def test_version_and_sweep_help(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
     help_text = capsys.readouterr().out
+    lines = help_text.splitlines()
     for name in ("--quick", "--full", "--gpu"):
-        line = next(li for li in help_text.splitlines() if li.strip().startswith(name))
+        line = next(li for li in lines if li.strip().startswith(name))
         assert len(line.split()) > 1, line  # each sweep says what it runs
-    assert "autofunc_v2" in help_text  # --strategies lists its values
+    assert "Compile each case with each strategy" in help_text  # a description
+    # every valid --cases and --strategies value on a line of its own, with what it is
+    notes = {**{n: c.note for n, c in CASES.items()}, **{n: c.note for n, c in CONFIGS.items()}}
+    for name, note in notes.items():
+        assert note and any(li.split() == [name, *note.split()] for li in lines), name
+    assert lines.index("cases (--cases):") < lines.index("strategies (--strategies):")
 
 
 def test_decorators_in_the_wrong_order_say_so():
@@ -177,6 +206,19 @@ def test_decorators_in_the_wrong_order_say_so():
 def test_an_empty_report_says_why():
     text = str(autofunc.Report())
     assert "no call of a mutable op registered with autofunc was compiled" in text
+
+
+def test_ditto_marks_are_explained_below_the_table():
+    from autofunc.passes.report import CallReport, Decision, Reason, Report
+
+    two_args = Decision(("k", "v"), "arg0_1", ("[0, 0]", "[0, 1]"), Reason.INPLACE, 64)
+    one_arg = Decision(("out",), "buf1", ("alias",), Reason.INPLACE, 8)
+    table = str(Report([CallReport("autofunc_v2", "ns::op.default", "v2", [two_args])]))
+    lines = table.splitlines()
+    assert lines[4].startswith("autofunc_v2") and lines[4].endswith('"')  # v's row: k's buffer
+    assert lines[5].startswith('" (result): the same buffer as the row above')
+    # no ditto mark, no footer
+    assert '" (result)' not in str(Report([CallReport("c", "ns::op", "v2", [one_arg])]))
 
 
 def test_explain_imports_a_module_from_the_current_directory(tmp_path, monkeypatch, capsys):

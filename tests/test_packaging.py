@@ -124,3 +124,46 @@ def test_wheel_holds_the_library_and_registers_no_tooling_ops(tmp_path):
     assert set(seen["owned"]) <= OWN_NAMESPACES, seen["owned"]
     assert "autofunc_kernels" in seen["owned"]  # the recording sees the kernels' custom ops
     assert seen["corpus_ops"] == []
+
+
+# -- a clone named autofunc, run from the folder above it ------------------------------------------
+
+SHADOW_SCRIPT = (
+    "import autofunc\nprint(autofunc.__file__)\nprint(autofunc.functionalize.__name__)\n"
+)
+
+
+def _clone_beside_a_script(tmp_path: Path) -> Path:
+    """``tmp_path/autofunc``: the clone as ``git clone`` names it, next to a user's script."""
+    (tmp_path / "autofunc").symlink_to(ROOT, target_is_directory=True)
+    (tmp_path / "script.py").write_text(SHADOW_SCRIPT)
+    return tmp_path / "script.py"
+
+
+def test_the_clone_folder_hands_over_to_the_installed_package(tmp_path):
+    # Before the root __init__.py: an empty namespace package, "module 'autofunc' has no
+    # attribute 'functionalize'" (with the editable install, whose finder comes after sys.path).
+    script = _clone_beside_a_script(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only the install
+    out = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=env,
+        timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    where, name = out.stdout.split()
+    assert name == "functionalize"
+    assert Path(where).name == "__init__.py" and Path(where).parent.name == "autofunc"
+    assert Path(where).resolve() != ROOT / "__init__.py"
+
+
+def test_the_clone_folder_without_an_install_says_what_happened(tmp_path):
+    script = _clone_beside_a_script(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(  # -S: no site-packages, so no installed autofunc
+        [sys.executable, "-S", str(script)], cwd=tmp_path, capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: `import autofunc` found ")
+    assert f"{tmp_path / 'autofunc'}, the folder of an autofunc clone" in last
+    assert "no installed autofunc was found" in last and "pip install -e" in last

@@ -185,6 +185,33 @@ def test_unknown_op_in_known_namespace_is_rejected(lib):
         autofunc.register(f"{lib.ns_name}::nope")
 
 
+def test_a_typo_suggests_the_closest_op(lib):
+    name = _define(lib, "put_rows(Tensor(a!) x) -> ()")
+    with pytest.raises(autofunc.AutofuncError) as info:
+        autofunc.register(name[:-1])  # ns::put_row
+    assert str(info.value) == (
+        f"autofunc.register: no op named '{name[:-1]}' (expected 'ns::name[.overload]'); "
+        f"did you mean '{name}'?"
+    )
+    with pytest.raises(autofunc.AutofuncError, match=f"did you mean '{name}'"):
+        autofunc.register(f"{name[:-1]}.default")  # the overload aside
+    with pytest.raises(autofunc.AutofuncError) as info:
+        autofunc.register("aftest_nowhere::zzqqxx")  # nothing close: no guess
+    assert "did you mean" not in str(info.value)
+
+
+def test_errors_through_the_decorator_name_the_decorator(lib):
+    name = _define(lib, "op(Tensor(a!) x) -> ()")
+    with pytest.raises(autofunc.AutofuncError, match=r"^autofunc\.functionalize: strategy must"):
+        autofunc.functionalize(strategy="v3")(name)
+    with pytest.raises(autofunc.AutofuncError, match=r"^autofunc\.functionalize: no op named"):
+        autofunc.functionalize(name + "x")
+    with pytest.raises(autofunc.AutofuncError, match=r"^autofunc\.override: no op named"):
+        with autofunc.override("v1", [name + "x"]):
+            pass
+    assert registered_strategy(f"{name}.default") is None
+
+
 def test_unknown_overload_is_rejected(lib):
     name = _define(lib, "op(Tensor(a!) x) -> ()")
     lib.define("op.other(Tensor(a!) x, int n) -> ()")

@@ -1,8 +1,8 @@
-"""How benchmark results are presented: a table, a JSON file, and a plot drawn from that JSON.
+"""How benchmark results are presented: a table, a JSON file and the verdict (the plot, drawn
+from that JSON alone, is ``bench.plot``).
 
 Every record written carries :func:`~autofunc.bench.env.environment` (device, torch, triton,
-python, git commit). ``plot`` reads only the JSON file, so a figure can always be redrawn from
-the stored numbers. Imports matplotlib (Agg) only inside ``plot``.
+python, git commit).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any
 from ..passes.report import format_bytes
 from .env import environment
 
-__all__ = ["SCHEMA", "format_columns", "format_table", "plot", "verdict", "write_json"]
+__all__ = [
+    "SCHEMA", "format_columns", "format_table", "memory_field", "status", "verdict", "write_json",
+]  # fmt: skip
 
 SCHEMA = "autofunc.bench/1"
 
@@ -28,10 +30,17 @@ def _cell(v: float | None, spec: str, suffix: str = "") -> str:
     return "-" if v is None else format(v, spec) + suffix
 
 
-def _result(r: dict) -> str:
+def status(r: dict) -> str:
+    """A record's outcome: ``ok``, ``WRONG`` (differs from eager), ``ERROR`` (compile or run
+    failed) or ``CRASH`` (its process died or timed out)."""
     if r["error"]:
         return "CRASH" if r["error"].startswith(("crash", "timeout")) else "ERROR"
-    return "ok" if r["correct"] else "WRONG(" + ",".join(r.get("mismatch") or []) + ")"
+    return "ok" if r["correct"] else "WRONG"
+
+
+def _result(r: dict) -> str:
+    s = status(r)
+    return s + "(" + ",".join(r.get("mismatch") or []) + ")" if s == "WRONG" else s
 
 
 def format_columns(header: list[str], body: list[list[str]]) -> list[str]:
@@ -122,7 +131,7 @@ def verdict(records: Iterable[Any], ours: str = "autofunc_v2", theirs: str = "bu
     """One line: where ``ours`` is right, and how its memory compares with ``theirs`` at the
     same points (bytes above eager: allocated on CPU, the run's peak on CUDA)."""
     rows = [r if isinstance(r, dict) else dataclasses.asdict(r) for r in records]
-    field = _memory_field(rows)
+    field = memory_field(rows)
     at = {(r["case"], json.dumps(r["x"], sort_keys=True), r["strategy"]): r for r in rows}
     points = sorted({(c, x) for c, x, s in at if s == ours})
     if not points:
@@ -145,79 +154,9 @@ def _ok(r: dict) -> bool:
     return not r.get("error") and bool(r.get("correct"))
 
 
-def _memory_field(rows: list[dict]) -> str:
+def memory_field(rows: list[dict]) -> str:
+    """The record field memory is compared on: the run's peak on CUDA, else per step."""
     # On CUDA the whole run's peak (CUDA graph pools included) is what a server must hold.
     if any(r.get("footprint_above_eager") is not None for r in rows):
         return "footprint_above_eager"
     return "mem_above_eager"
-
-
-def plot(json_path: str, png_path: str) -> None:
-    """Grouped bars: per case, at its largest KV cache, each compiled strategy's memory above
-    eager in KV caches (so cases of any size share one axis), WRONG or ERROR written on the bar.
-
-    Reads only ``json_path`` (as written by :func:`write_json`); the verdict line is the title.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with open(json_path) as f:
-        doc = json.load(f)
-    rows = doc["records"]
-    field = _memory_field(rows)
-    cases = list(dict.fromkeys(r["case"] for r in rows))
-    strategies = [s for s in dict.fromkeys(r["strategy"] for r in rows) if s != "eager"]
-    largest = {c: max(r.get("cache_bytes") or 0 for r in rows if r["case"] == c) for c in cases}
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(cases) + 2), 4.2))
-    width = 0.8 / max(1, len(strategies))
-    top = 0.0
-    for i, strategy in enumerate(strategies):
-        for j, case in enumerate(cases):
-            r = next(
-                (
-                    r
-                    for r in rows
-                    if r["case"] == case
-                    and r["strategy"] == strategy
-                    and (r.get("cache_bytes") or 0) == largest[case]
-                ),
-                None,
-            )
-            if r is None:
-                continue
-            cache = largest[case] or 1
-            value = (r.get(field) or 0) / cache
-            label = "ERROR" if r.get("error") else ("" if r.get("correct") else "WRONG")
-            # a bar of height 0 is still a result; below 0 (less than eager) is drawn as 0
-            label = label or ("0" if value == 0 else "<0" if value < 0 else "")
-            value = max(value, 0.0)
-            x = j + (i - (len(strategies) - 1) / 2) * width
-            ax.bar(x, value, width, color=f"C{i}", label=strategy if j == 0 else None)
-            top = max(top, value)
-            if label:
-                ax.text(x, value, label, rotation=90, ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(cases)))
-    ax.set_xticklabels(
-        [f"{c}\n({_cache_mib({'cache_bytes': largest[c]}):.2g} MiB cache)" for c in cases],
-        fontsize=8,
-    )
-    what = "peak over the run" if field == "footprint_above_eager" else "memory per step"
-    ax.set_ylabel(f"{what} above eager\n(in KV caches)")
-    ax.set_ylim(0, max(1.0, top * 1.3))
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small", ncol=2)
-    env = doc.get("env", {})
-    ax.set_title(
-        f"autofunc bench, {env.get('device', '')}, torch {env.get('torch', '')}\n"
-        + verdict(rows),
-        fontsize=8,
-    )
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=100)
-    plt.close(fig)
-
-
-def _cache_mib(r: dict) -> float:
-    return (r.get("cache_bytes") or 0) / 2**20

@@ -149,6 +149,12 @@ class Report:
             )
         out = [title, line(header), line(tuple("-" * w for w in widths))]
         out += [line(r) for r in rows]
+        if any(r[6] == '"' for r in rows):
+            out.append(
+                '" (result): the same buffer as the row above, written by another argument of '
+                "the same call; one decision covers both (its result, bytes and why are on the "
+                "buffer's first row)"
+            )
         out += [f"note on {c.node} ({c.op}): {c.note}" for c in self.calls if c.note]
         out += [f"note: {self.note}"] if self.note else []
         out.append(

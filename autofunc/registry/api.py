@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -91,7 +92,12 @@ def register(
         UnsupportedOpError: the schema of one of the overloads is not supported (raised before
             anything is registered, naming the op and the argument).
     """
-    infos = _infos(op, "autofunc.register", strategy)
+    return _register(op, strategy, cpp_functionalize, "autofunc.register")
+
+
+def _register(op: Any, strategy: str, cpp_functionalize: bool | None, who: str) -> Registration:
+    """:func:`register`, its errors naming ``who``: the call the user made."""
+    infos = _infos(op, who, strategy)
     with guards.compile_lock():  # Note [Registrations wait for compiles]
         gen = _state.new_generation()
         first_time = False
@@ -152,7 +158,7 @@ def _infos(op: Any, who: str, strategy: str) -> list[OpInfo]:
         raise AutofuncError(f"{who}: strategy must be one of {STRATEGIES}, got {strategy!r}")
     ops = op if isinstance(op, (list, tuple)) else [op]
     # Validate every overload before touching anything.
-    overloads = [o for one in ops for o in _overloads(one)]
+    overloads = [o for one in ops for o in _overloads(one, who)]
     for o in overloads:
         if o.namespace in _CORE_NAMESPACES:
             raise UnsupportedOpError(
@@ -202,7 +208,7 @@ def functionalize(
     """
 
     def wrap(o: Any) -> Any:
-        handle = register(o, strategy=strategy, cpp_functionalize=cpp_functionalize)
+        handle = _register(o, strategy, cpp_functionalize, "autofunc.functionalize")
         try:
             o.autofunc_registration = handle
         except AttributeError:
@@ -212,7 +218,8 @@ def functionalize(
     return wrap if op is None else wrap(op)
 
 
-def _overloads(op: Any) -> Iterable[OpOverload]:
+def _overloads(op: Any, who: str) -> Iterable[OpOverload]:
+    """The overloads ``op`` names; a bad ``op`` raises AutofuncError naming ``who``."""
     if isinstance(op, OpOverload):
         return [op]
     if isinstance(op, OpOverloadPacket):
@@ -226,14 +233,14 @@ def _overloads(op: Any) -> Iterable[OpOverload]:
         packet = getattr(getattr(torch.ops, ns, None), name, None) if sep else None
         if packet is None:
             raise AutofuncError(
-                f"autofunc.register: no op named {op!r} (expected 'ns::name[.overload]')"
+                f"{who}: no op named {op!r} (expected 'ns::name[.overload]'){_closest(op)}"
             )
         if overload and overload not in packet.overloads() and overload != "default":
             raise AutofuncError(
-                f"autofunc.register: op {ns}::{name} has no overload {overload!r} "
+                f"{who}: op {ns}::{name} has no overload {overload!r} "
                 f"(it has {', '.join(packet.overloads())})"
             )
-        return _overloads(getattr(packet, overload) if overload else packet)
+        return _overloads(getattr(packet, overload) if overload else packet, who)
     hint = (
         " (a plain function: as a decorator, put @autofunc.functionalize(...) above "
         "@torch.library.custom_op(...), so that it gets the custom op)"
@@ -241,6 +248,15 @@ def _overloads(op: Any) -> Iterable[OpOverload]:
         else ""
     )
     raise AutofuncError(
-        f"autofunc.register: expected a CustomOpDef, OpOverload, OpOverloadPacket or 'ns::name', "
+        f"{who}: expected a CustomOpDef, OpOverload, OpOverloadPacket or 'ns::name', "
         f"got {type(op).__name__}{hint}"
     )
+
+
+def _closest(name: str) -> str:
+    """``"; did you mean 'ns::name'?"`` for the defined op whose ``ns::name`` is closest to
+    ``name`` (its overload left out), or ``""`` when none is close."""
+    wanted = name.partition(".")[0]
+    known = {n.partition(".")[0] for n in torch._C._dispatch_get_all_op_names()}
+    match = difflib.get_close_matches(wanted, sorted(known), n=1, cutoff=0.8)
+    return f"; did you mean {match[0]!r}?" if match else ""
