@@ -25,6 +25,7 @@ __all__ = [
     "copy_extent",
     "is_symbolic",
     "known",
+    "nbytes_hint",
     "span_extent",
 ]
 
@@ -184,3 +185,12 @@ def copy_extent(
     for n in maybe_empty:
         nonempty = arith.min(nonempty, n)
     return arith.mul(extent, nonempty)
+
+
+def nbytes_hint(val: Any) -> int:
+    """The bytes of a tensor value, its size hint where symbolic (never a guard); 0 for
+    anything that is no tensor."""
+    if not isinstance(val, torch.Tensor):
+        return 0
+    n = val.numel() * val.element_size()
+    return int(n) if isinstance(n, int) else int(n.node.hint or 0)

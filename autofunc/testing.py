@@ -7,9 +7,11 @@ Used by autofunc's own tests and benchmarks; handy in user tests too.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import time
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
@@ -18,14 +20,18 @@ import torch.fx as fx
 
 from .passes.reinplace import reinplace
 from .passes.report import Report
+from .symbolic import nbytes_hint
 
 __all__ = [
+    "COPY_TARGETS",
     "CapturedGraphs",
     "EagerCheck",
     "clone_inputs",
     "compile_capture",
+    "copy_nodes",
     "count_targets",
     "format_graph",
+    "post_grad_copies",
     "run_against_eager",
     "same_result",
 ]
@@ -98,6 +104,56 @@ def format_graph(gm: fx.GraphModule) -> str:
         if line.strip():
             lines.append(line)
     return "\n".join(lines)
+
+
+# The ops that copy memory in a post-grad graph: a clone, a copy into a buffer, and the
+# write-back scatters functionalization emits (each materializes its whole output).
+COPY_TARGETS = frozenset(
+    {
+        torch.ops.aten.clone.default,
+        torch.ops.aten.copy.default,
+        torch.ops.aten.copy_.default,
+        torch.ops.aten.slice_scatter.default,
+        torch.ops.aten.select_scatter.default,
+        torch.ops.aten.diagonal_scatter.default,
+        torch.ops.aten.as_strided_scatter.default,
+    }
+)
+
+
+def copy_nodes(gm: fx.GraphModule) -> list[tuple[str, int]]:
+    """``(node name, bytes)`` of every copy node in ``gm`` (:data:`COPY_TARGETS`), counted from
+    the graph itself, independently of any report: a copy's bytes are those of the tensor it
+    writes (its output; for ``copy_`` its destination), by size hint where symbolic."""
+    out = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in COPY_TARGETS:
+            continue
+        val = node.meta.get("val")
+        if node.target is torch.ops.aten.copy_.default and isinstance(node.args[0], fx.Node):
+            val = node.args[0].meta.get("val", val)
+        out.append((node.name, nbytes_hint(val)))
+    return out
+
+
+@contextlib.contextmanager
+def post_grad_copies() -> Iterator[list[list[tuple[str, int]]]]:
+    """Inside the block, every graph Inductor compiles adds the :func:`copy_nodes` of its
+    post-grad graph (after every post-grad pass, as Inductor lowers it) to the yielded list."""
+    from torch._inductor import compile_fx
+
+    graphs: list[list[tuple[str, int]]] = []
+    original = compile_fx._recursive_post_grad_passes
+
+    def counting(gm: fx.GraphModule, is_inference: bool = False) -> None:
+        original(gm, is_inference)
+        graphs.append(copy_nodes(gm))
+
+    compile_fx._recursive_post_grad_passes = counting
+    try:
+        yield graphs
+    finally:
+        compile_fx._recursive_post_grad_passes = original
 
 
 def count_targets(gm: fx.GraphModule, pred: Callable[[Any], bool]) -> int:

@@ -21,4 +21,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! "$PY" -c "import a
   "$PY" -m pip install -q -e ".[test,bench,triton]"
   echo "$want" > "$stamp"
 fi
+# AUTOFUNC_SETUP_VLLM=1 (CI sets it) adds the [vllm] extra: vLLM's CPU build, which pins
+# torch 2.13.0+cpu. Its torchvision, torchaudio and torchcodec do not load against that torch
+# and break `import vllm`'s attention module, so they go.
+if [ "${AUTOFUNC_SETUP_VLLM:-0}" = "1" ] && ! "$PY" -c "import vllm" 2>/dev/null; then
+  "$PY" -m pip install -q -e ".[test,bench,triton,vllm]"
+  "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+fi
 "$PY" -c "import torch, autofunc; print(f'autofunc ready: torch {torch.__version__}')"

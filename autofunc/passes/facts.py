@@ -269,14 +269,6 @@ def _epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     return out
 
 
-def _nbytes(val: Any) -> int:
-    """The bytes of a tensor value (its size hint when symbolic); 0 for anything else."""
-    if not isinstance(val, torch.Tensor):
-        return 0
-    n = val.numel() * val.element_size()
-    return int(n) if isinstance(n, int) else int(n.node.hint or 0)
-
-
 def _users_through_views(node: fx.Node) -> list[fx.Node]:
     """The nodes that use ``node`` or a chain of views of it (the views themselves included)."""
     out, todo, seen = [], [node], {node}

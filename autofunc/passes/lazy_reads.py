@@ -48,10 +48,10 @@ import torch
 from torch import fx
 
 from ..hops.adapter import mutation_targets, read_node
-from ..symbolic import is_symbolic
+from ..symbolic import is_symbolic, nbytes_hint
 from .alias import VIEW_OPS
 from .emit import emit
-from .facts import _nbytes, _users_through_views, _view_base
+from .facts import _users_through_views, _view_base
 
 _aten = torch.ops.aten
 
@@ -109,7 +109,7 @@ def plan_realization(
     if any(_restrided_for_a_later_region(n, call) for n in frontier):
         return None
     returned = set(outputs)
-    cost = sum(_nbytes(n.meta["val"]) for n in frontier if n not in returned)
+    cost = sum(nbytes_hint(n.meta["val"]) for n in frontier if n not in returned)
     return Realization(tuple(sorted(frontier)), cost, moved)
 
 

@@ -39,7 +39,7 @@ from .. import hops as _hops  # noqa: F401 - registers the v1 and v2 adapters
 from ..errors import GraphError
 from ..hops.adapter import Mutation, accepted, mutation_targets, read_node, reading_once
 from ..hops.common import Distinct, unpack_outputs
-from ..symbolic import is_symbolic
+from ..symbolic import is_symbolic, nbytes_hint
 from .alias import VIEW_OPS, AliasAnalysis
 from .emit import (
     NO_VAL,
@@ -58,7 +58,6 @@ from .facts import (
     _Buffer,
     _buffers,
     _epilogue_copies,
-    _nbytes,
     _output_nodes,
     _outputs_regenerated_from_inputs,
     _Pass,
@@ -254,7 +253,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                     buf.node.name,
                     tuple(str(c) for c in buf.chains),
                     reason,
-                    _nbytes(buf.node.meta.get("val")),
+                    nbytes_hint(buf.node.meta.get("val")),
                     detail,
                 )
             )

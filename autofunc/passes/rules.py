@@ -14,12 +14,11 @@ import torch.fx as fx
 
 from ..hops.adapter import Mutation
 from ..regions import Region
-from ..symbolic import contiguous_or_false, overlaps_itself
+from ..symbolic import contiguous_or_false, overlaps_itself, nbytes_hint
 from .alias import SCATTER_VIEWS
 from .facts import (
     _aliased_args,
     _Buffer,
-    _nbytes,
     _other_tensor_args,
     _output_of,
     _output_positions,
@@ -325,7 +324,7 @@ def _lazy_read(q: _Query) -> Verdict:
     if not readers:
         return None
     plan = plan_realization(q.node, readers, ctx.outputs, lazy, written_here=q.written_here)
-    if plan is not None and plan.nbytes < _nbytes(q.buf.node.meta.get("val")):
+    if plan is not None and plan.nbytes < nbytes_hint(q.buf.node.meta.get("val")):
         q.realize, q.lazy_readers = plan, tuple(readers)
         return None
     return Reason.LAZY_READ, f"by {readers[0].name}"
@@ -343,7 +342,7 @@ def _read_later(q: _Query) -> Verdict:
     if lazy is not None:  # Note [Reads moved back before the call]: only where reads are lazy
         earlier = [*q.lazy_readers, *(r for r in readers if r < q.node and lazy(r))]
         plan = plan_hoist(q.node, later, earlier, ctx.outputs, lazy, q.written_here)
-        if plan is not None and plan.nbytes < _nbytes(q.buf.node.meta.get("val")):
+        if plan is not None and plan.nbytes < nbytes_hint(q.buf.node.meta.get("val")):
             q.realize = plan
             return None
     return Reason.READ_LATER, f"by {later[0].name}"

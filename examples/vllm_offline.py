@@ -1,0 +1,156 @@
+"""autofunc inside vLLM: a tiny random Llama, eager tokens against compiled tokens, and the report.
+
+    pip install '.[vllm]' && pip uninstall -y torchvision torchaudio torchcodec
+    python examples/vllm_offline.py                        # AUTOFUNC_VLLM=1, vLLM's default mode
+    python examples/vllm_offline.py --autofunc register    # also register vLLM's ops with autofunc
+    python examples/vllm_offline.py --compile-mode vllm    # vLLM's own compile mode (pass manager)
+    python examples/vllm_offline.py --mp                   # vLLM's multi-process engine
+    python examples/vllm_offline.py --autofunc 0           # vLLM as it is, for comparison
+
+The model (hidden 128, 2 layers, 4 heads, 2 KV heads, head_dim 32: the CPU attention kernel
+rejects 16; float32) is made on the fly with transformers and saved to a temporary folder; the
+prompts are token ids (no tokenizer), decoding is greedy. Eager (``enforce_eager=True``) and
+compiled runs each happen in a fresh process, the only setting autofunc needs being the
+environment variable ``AUTOFUNC_VLLM`` (``autofunc/integrations/vllm.py``), which reaches every
+vLLM process through its plugin entry point. In-process runs also print autofunc's report and
+count the copy nodes (clone, copy_, *_scatter) of every graph Inductor lowers. Exits 1 when the
+tokens differ. ``--json PATH`` writes everything measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8], [100, 200, 300], [42] * 5]
+
+
+def make_model(folder: str, seed: int = 0) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )
+    model = LlamaForCausalLM(config).float().eval()
+    with torch.no_grad():  # larger than HF's init, so greedy decoding does not repeat one token
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.1)
+    model.save_pretrained(folder)
+
+
+def child(args: argparse.Namespace) -> dict:
+    """One vLLM run in this process; returns what it measured."""
+    import torch  # noqa: F401 - before vLLM, so that the copy counter can hook Inductor
+
+    from vllm import LLM, SamplingParams
+
+    compilation: dict = {"custom_ops": ["+rotary_embedding"]}
+    if args.compile_mode == "vllm":
+        compilation["mode"] = "VLLM_COMPILE"
+    measured: dict = {"copies": [], "reports": []}
+    counting = args.child == "compiled" and not args.mp
+    if counting:
+        from autofunc.testing import post_grad_copies
+
+        counter = post_grad_copies()
+        measured["copies"] = counter.__enter__()
+    start = time.perf_counter()
+    llm = LLM(
+        model=args.model, skip_tokenizer_init=True, dtype="float32", seed=0,
+        enforce_eager=args.child == "eager", compilation_config=compilation,
+        max_model_len=args.tokens, max_num_seqs=8,
+    )
+    measured["init_s"] = time.perf_counter() - start
+    params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
+    outs = llm.generate([{"prompt_token_ids": ids} for ids in PROMPTS], params)
+    measured["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
+    if counting:
+        counter.__exit__(None, None, None)
+        from autofunc.inductor import last_reports
+
+        measured["reports"] = [str(r) for r in last_reports()]
+        measured["report_bytes_cloned"] = sum(r.bytes_cloned for r in last_reports())
+    return measured
+
+
+def run_child(args: argparse.Namespace, which: str) -> dict:
+    env = dict(os.environ)
+    env["AUTOFUNC_VLLM"] = args.autofunc if which == "compiled" else "0"
+    env["AUTOFUNC_VLLM_FORCE_COMPILE"] = "1" if args.compile_mode == "vllm" else "0"
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if args.mp else "0"
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    # A cache hit skips the post-grad passes, autofunc's and the copy count's (vLLM's own
+    # cache switch leaves Inductor's on).
+    env["VLLM_DISABLE_COMPILE_CACHE"] = "1"
+    env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+    cmd = [sys.executable, __file__, "--child", which, "--model", args.model,
+           "--autofunc", args.autofunc, "--compile-mode", args.compile_mode,
+           "--tokens", str(args.tokens), "--max-tokens", str(args.max_tokens)]
+    cmd += ["--mp"] if args.mp else []
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
+        raise SystemExit(f"the {which} run failed (exit {proc.returncode})")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--autofunc", default="1", choices=["0", "1", "register"],
+                        help="AUTOFUNC_VLLM for the compiled run (default 1)")
+    parser.add_argument("--compile-mode", default="default", choices=["default", "vllm"],
+                        help="vLLM's default on CPU (whole-graph Inductor) or its own mode")
+    parser.add_argument("--mp", action="store_true", help="vLLM's multi-process engine")
+    parser.add_argument("--tokens", type=int, default=256, help="max_model_len")
+    parser.add_argument("--max-tokens", type=int, default=8, help="tokens to generate")
+    parser.add_argument("--json", help="write the measurements here")
+    parser.add_argument("--eager-json", help="the eager run's result: read if there, else written")
+    parser.add_argument("--child", choices=["eager", "compiled"], help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print("RESULT " + json.dumps(child(args)), flush=True)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="tiny-llama-") as folder:
+        make_model(folder)
+        args.model = folder
+        if args.eager_json and os.path.exists(args.eager_json):
+            with open(args.eager_json) as f:
+                eager = json.load(f)
+        else:
+            eager = run_child(args, "eager")
+            if args.eager_json:
+                with open(args.eager_json, "w") as f:
+                    json.dump(eager, f)
+        compiled = run_child(args, "compiled")
+    same = eager["tokens"] == compiled["tokens"]
+    copies = [c for graph in compiled["copies"] for c in graph]
+    print(f"eager tokens:    {eager['tokens']}")
+    print(f"compiled tokens: {compiled['tokens']}  ({'equal' if same else 'DIFFERENT'})")
+    print(f"compile + load: {compiled['init_s']:.1f} s (eager {eager['init_s']:.1f} s)")
+    if not args.mp:
+        print(f"copy nodes in the lowered graphs: {len(copies)}, "
+              f"{sum(b for _, b in copies)} B")
+    for report in compiled["reports"]:
+        print(report)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"config": vars(args), "eager": eager, "compiled": compiled,
+                       "same_tokens": same}, f, indent=1)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""autofunc inside vLLM itself (issue 29): a tiny random Llama through vLLM's CPU build, eager
+tokens against compiled tokens, in both of vLLM's compile modes and with its multi-process
+engine, through the one setting a user makes (``AUTOFUNC_VLLM``; autofunc/integrations/vllm.py).
+
+Each case runs ``examples/vllm_offline.py`` (fresh processes, compile caches off), which also
+reports autofunc's decisions and counts the copy nodes of the graphs Inductor lowers. Needs the
+``[vllm]`` extra (CI installs it: ``AUTOFUNC_SETUP_VLLM=1 ./scripts/setup.sh``); skipped without.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed (pip install '.[vllm]'; CI: AUTOFUNC_SETUP_VLLM=1)",
+    ),
+]
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "vllm_offline.py"
+
+
+@pytest.fixture(scope="module")
+def eager_json(tmp_path_factory):
+    return tmp_path_factory.mktemp("vllm") / "eager.json"
+
+
+def run(eager_json: Path, tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--json", str(out), "--eager-json", str(eager_json), *args],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    result = json.loads(out.read_text())
+    assert result["same_tokens"], (result["eager"]["tokens"], result["compiled"]["tokens"])
+    return result
+
+
+def _rows(result: dict) -> list[list[str]]:
+    rows = []
+    for report in result["compiled"]["reports"]:
+        for line in report.splitlines()[3:]:
+            cells = line.split()
+            if len(cells) > 6 and "::" in cells[1]:
+                rows.append(cells)
+    return rows
+
+
+def test_default_mode_decides_pytorch_nodes(eager_json, tmp_path):
+    result = run(eager_json, tmp_path)
+    rows = _rows(result)
+    ops = {r[1] for r in rows}
+    assert {"_C::onednn_mm.default", "vllm::unified_attention_with_output.default"} <= ops
+    assert {r[2] for r in rows} == {"pytorch_v1"}  # vLLM keeps PyTorch's v1 nodes
+    # every matmul output and the attention output are written in place
+    for r in rows:
+        if r[1] != "_C::rotary_embedding.default":
+            assert r[6] == "in", r
+
+
+def test_attention_op_registered(eager_json, tmp_path):
+    result = run(eager_json, tmp_path, "--autofunc", "register")
+    rows = _rows(result)
+    attention = [r for r in rows if r[1] == "vllm::unified_attention_with_output.default"]
+    assert attention and all(r[2] == "v2" and r[6] == "in" for r in attention)
+    assert all(r[6] == "in" for r in rows), rows  # no clone at all
+
+
+def test_vllm_compile_mode(eager_json, tmp_path):
+    result = run(eager_json, tmp_path, "--compile-mode", "vllm")
+    reports = result["compiled"]["reports"]
+    assert reports and all("in vLLM's pass manager" in r for r in reports)
+
+
+def test_multiprocess_engine(eager_json, tmp_path):
+    run(eager_json, tmp_path, "--mp", "--autofunc", "register")
