@@ -79,6 +79,7 @@ def child(args: argparse.Namespace) -> dict:
         from autofunc.inductor import last_reports
 
         measured["reports"] = [str(r) for r in last_reports()]
+        measured["rows"] = [list(row) for r in last_reports() for row in r.rows()]
         measured["report_bytes_cloned"] = sum(r.bytes_cloned for r in last_reports())
     return measured
 
