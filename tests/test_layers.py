@@ -17,9 +17,9 @@ LAYERS = [
     {"guards"},
     {"passes", "registry"},
     {"inductor", "testing"},
-    {"explain", "integrations"},
+    {"explain"},
     {"__init__"},
-    {"bench"},
+    {"bench", "integrations"},
     {"cli"},
     {"__main__"},
 ]
