@@ -68,6 +68,11 @@ VIEW_OPS = frozenset(
     }
 )
 
+# View ops whose result's storage offset is relative to their input's (as_strided's is
+# absolute; a dtype view changes the unit of offsets): Note [A call's value read where it was
+# written].
+_SHIFTABLE_VIEWS = VIEW_OPS - {torch.ops.aten.as_strided.default, torch.ops.aten.view.dtype}
+
 # Scatter -> the view op selecting the part of its first input that it replaces. A scatter reads
 # its first input everywhere except there (Note [Scatters read around what they replace]).
 SCATTER_VIEWS = {
@@ -76,6 +81,9 @@ SCATTER_VIEWS = {
     torch.ops.aten.diagonal_scatter.default: torch.ops.aten.diagonal.default,
     torch.ops.aten.as_strided_scatter.default: torch.ops.aten.as_strided.default,
 }
+
+# How many reads Note [Scatter chains overwrite what they copy] looks at before it gives up.
+_CHAIN_READS = 4096
 
 # Note [wait_tensor and the tensor it waits for]
 # ``_c10d_functional.wait_tensor(t)`` returns ``t`` itself at run time, but its fake value has a
@@ -100,6 +108,20 @@ class _Read:
     live_until: int = 0  # position of the reader's last user (graph outputs: the output node)
     masked: bool = False  # a scatter reading its first input: not the part it replaces
     dead: bool = False  # the reader was removed from the graph (``forget``)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Shift:
+    """Where a version merged into a base at another storage offset lies in the base's version
+    (Note [A call's value read where it was written])."""
+
+    base: Any  # the base's version, whose coordinates these are (while it is not coarse)
+    ends: tuple  # the version's root and the base node: where a read's chain of views starts
+    delta: Any  # the base's storage offset minus the version root's, in elements
+    whole: Region  # the version root's own region (a read outside it is not placed)
+    root: tuple  # the base's version root: (size, stride, offset)
+    dense: bool  # is_dense_root of that root
+    itemsize: int  # element size of the root, the base and the version
 
 
 class AliasAnalysis:
@@ -131,6 +153,9 @@ class AliasAnalysis:
         # Versions merged from a base whose geometry differs from its version's root: their
         # regions are in other coordinates, so every read of them counts as overlapping.
         self._coarse: set[Any] = set()
+        # Coarse versions whose reads can still be placed exactly (Note [A call's value read
+        # where it was written]): version -> how its coordinates map to its base's.
+        self._shifted: dict[Any, _Shift] = {}
         for i, node in enumerate(graph.nodes):
             self.position[node] = i
             self._record_version(node)
@@ -238,11 +263,159 @@ class AliasAnalysis:
         if read.dead:
             return False
         if key in self._coarse:
-            return True
+            region = self._shifted_region(key, read)
+            if region is None:
+                return True
+            return any(overlaps(region, w) for w in written)  # (no mask in other coordinates)
         region = self._read_region(read)
         mask = self._mask(read) if read.masked else None
         return any(
-            overlaps(region, w) and not (mask is not None and contains(mask, w)) for w in written
+            overlaps(region, w)
+            and not (mask is not None and contains(mask, w))
+            and not (read.masked and self._copied_unread(read, w))
+            for w in written
+        )
+
+    def _copied_unread(self, read: _Read, w: Region) -> bool:
+        """Whether the elements ``w`` that scatter ``read.node`` copies from its first input
+        into its result are overwritten there, along any chain of scatters, before anything
+        reads them.
+
+        Note [Scatter chains overwrite what they copy]
+        A call writing two views of one buffer (vLLM's ``rotary_embedding(pos, q, k)`` with
+        ``q, k, v = qkv.split(...)``) is written back by functionalization as a chain::
+
+            qkv2 = slice_scatter(qkv1, q', -1, 0, 8)     # reads qkv1 outside [0, 8)
+            qkv3 = slice_scatter(qkv2, k', -1, 8, 12)    # reads qkv2 outside [8, 12)
+
+        The first scatter reads ``qkv1[..., 8:12]``, the old key, but only to copy it into
+        ``qkv2[..., 8:12]``, which the second scatter replaces without reading it. A scatter's
+        result is a fresh tensor whose elements outside its window are its input's, element
+        for element; what it copied into elements nobody reads cannot be observed, whatever it
+        was. So a write of ``w`` before the scatter changes no observable value when ``w`` is
+        *unread* in the scatter's result: every read of that result's memory (its memory
+        class: views of it, later scatters folded into it, calls' values written into it,
+        reads through a copy-back into an input) either misses ``w``, or is a scatter that
+        replaces all of ``w``, or is a scatter whose own copy of ``w`` is unread in turn.
+        The question is asked per read the rules look at (R9 and R10), once per written region,
+        with a worklist over the chain; the reads of the result are those of the graph as it
+        stands, so one that observes the element at any position counts (order is not needed:
+        the result is fresh, nothing before it reads it).
+
+        What keeps it sound: the elements are compared in one set of coordinates only, so each
+        step requires the scatter's input to cover its version exactly (the same size, stride,
+        offset and element size as its root) and every member of the result's memory class to
+        have that geometry too (no transposed input, no view at another offset, nothing coarse
+        or merged into an input); anything else counts as a read. A read whose region is not
+        known (``Region.everything()``) overlaps ``w``. The walk gives up (a read) after
+        ``_CHAIN_READS`` reads. Nothing is rewritten here: the scatters stay, and compute the
+        same observable values from the new buffer as from the old.
+        """
+        ref = self.root[self.version[read.arg]].meta["val"]
+        todo, seen, budget = [read], set(), _CHAIN_READS
+        while todo:
+            scatter = todo.pop()
+            node = scatter.node
+            if node in seen:
+                continue
+            seen.add(node)
+            key = self.version.get(node)
+            if (
+                key is None
+                or self.root.get(key) is not node
+                or not same_geometry(scatter.arg.meta["val"], ref)
+                or not same_geometry(node.meta["val"], ref)
+            ):
+                return False
+            for member in self._members[self.memory_class(key)]:
+                root = self.root[member]
+                if (
+                    member in self._coarse
+                    or root.op == "placeholder"
+                    or not same_geometry(root.meta["val"], ref)
+                ):
+                    return False
+                for r in self.reads[member]:
+                    if r.dead:
+                        continue
+                    budget -= 1
+                    if budget < 0:
+                        return False
+                    if not overlaps(self._read_region(r), w):
+                        continue
+                    if not r.masked:
+                        return False
+                    mask = self._mask(r)
+                    if mask is None or not contains(mask, w):
+                        todo.append(r)  # copied on: unread only if unread in its result
+        return True
+
+    def _shift(self, base: fx.Node, new: fx.Node) -> _Shift | None:
+        """How the regions of ``new``'s version map into ``base``'s version, when ``new`` is
+        the root of a version of its own with exactly ``base``'s sizes, strides and element
+        size (at another storage offset), or ``None``.
+
+        Note [A call's value read where it was written]
+        Written in place, a call's value (``new``, a v1 or PyTorch-v1 output: a fresh tensor
+        with the strides of the view it replaces) becomes the memory of the view it was
+        written into (``base``, ``qkv[..., 0:8]``), usually at another storage offset, so
+        ``merge`` marks its version coarse: every read of it overlapped every write into the
+        buffer. Its readers then read ``base`` (the rewrite replaces the value by it), and
+        its element ``i`` is ``base``'s element ``i``. When the two have the same sizes,
+        strides and element size, that is a constant shift of storage offsets, ``delta``
+        elements, for every element of the value's root; a view of it taken by relative view
+        ops (anything but ``as_strided``, whose offset is absolute, and dtype views) sits at
+        its recorded offset plus ``delta`` in ``base``'s storage with its recorded sizes and
+        strides. So such a read is placed exactly in the base's coordinates (``_hits``); any
+        other (a read not inside the value's root, through ``as_strided``, of another element
+        size, or once the base's own version turned coarse) overlaps everything, as before.
+        The version stays coarse for every other query (``may_overlap``, scatter chains).
+        A call that writes ``q`` and ``k`` of one ``qkv`` needs it: the write-back scatter of
+        ``q``'s value reads that value after the call, and used to keep ``k``'s clone.
+        """
+        key = self.version[new]
+        if self.root[key] is not new or len(self._members[self.memory_class(key)]) != 1:
+            return None
+        if self.version[base] in self._coarse:
+            return None
+        a, b = new.meta["val"], base.meta["val"]
+        geoms = [(tuple(t.shape), tuple(t.stride()), t.storage_offset()) for t in (a, b)]
+        if not all(type(x) is int for g in geoms for x in (*g[0], *g[1], g[2])):
+            return None
+        if geoms[0][:2] != geoms[1][:2] or a.element_size() != b.element_size():
+            return None
+        root = self.root[self.version[base]].meta["val"]
+        if root.element_size() != b.element_size():
+            return None
+        return _Shift(
+            base=self.version[base],
+            ends=(new, base),
+            delta=geoms[1][2] - geoms[0][2],
+            whole=self.region(new),
+            root=(tuple(root.shape), tuple(root.stride()), root.storage_offset()),
+            dense=is_dense_root(root),
+            itemsize=root.element_size(),
+        )
+
+    def _shifted_region(self, key: Any, read: _Read) -> Region | None:
+        """The region of ``read`` (of coarse version ``key``) in the coordinates of the base it
+        was merged into, where Note [A call's value read where it was written] places it;
+        ``None`` where it cannot (the read then overlaps everything)."""
+        shift = self._shifted.get(key)
+        if shift is None or read.coarse or shift.base in self._coarse:
+            return None
+        val = read.arg.meta["val"]
+        own = self._read_region(read)
+        if val.element_size() != shift.itemsize or not contains(shift.whole, own):
+            return None
+        node = read.arg
+        while node not in shift.ends:  # views whose offset is relative to their input's
+            if node.op != "call_function" or node.target not in _SHIFTABLE_VIEWS or not node.args:
+                return None
+            node = node.args[0]
+        size, stride, off = tuple(val.shape), tuple(val.stride()), val.storage_offset()
+        return region_of_geometry(
+            (size, stride, off + shift.delta), shift.root, shift.dense, shift.itemsize
         )
 
     def forget(self, node: fx.Node) -> None:
@@ -351,6 +524,9 @@ class AliasAnalysis:
             and same_geometry(new_root, base.meta["val"])
         ):
             self._coarse.update(self._members[b])
+            shift = self._shift(base, new)
+            if shift is not None:
+                self._shifted[self.version[new]] = shift
         if len(self._members[a]) < len(self._members[b]):
             a, b = b, a
         for live in (self._live_later, self._live_lazy):

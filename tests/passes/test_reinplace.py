@@ -54,8 +54,11 @@ EXPECTED = {
     "old_value_returned": ([Reason.INPLACE], [Reason.INPLACE]),
     "kwarg_only": ([Reason.INPLACE], [Reason.INPLACE]),
     # q and k are interleaved but disjoint; v is read afterwards
-    # v1: the first clone's scatter reads the old base around it, hence where the second writes
-    "qkv_split": ([Reason.INPLACE, Reason.READ_LATER], [Reason.INPLACE]),
+    # v1: the first clone's scatter reads the old base around it, hence where the second
+    # writes, but copies that into what the second's scatter replaces (Note [Scatter chains
+    # overwrite what they copy]), and reads q's value only where q was (Note [A call's value
+    # read where it was written])
+    "qkv_split": ([Reason.INPLACE, Reason.INPLACE], [Reason.INPLACE]),
     # v1: the second is decided once the first's scatter is folded (Note [Buffers of one call
     # decided in turn])
     "two_disjoint": ([Reason.INPLACE, Reason.INPLACE], [Reason.INPLACE]),
