@@ -96,9 +96,32 @@ def _compile(fn: Callable, path: str) -> tuple[Callable, Any]:
     raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
 
 
+class _PyTorchNodes:
+    """PyTorch's own v1 or v2 nodes (Inductor's ``enable_auto_functionalized_v2``), decided by
+    autofunc's pass (``on``) or left as PyTorch wrote them; ``remove()`` restores both."""
+
+    def __init__(self, version: str, on: bool) -> None:
+        import torch._inductor.config as inductor_config
+
+        import autofunc
+
+        self._patch = inductor_config.patch(enable_auto_functionalized_v2=version == "v2")
+        self._patch.__enter__()
+        autofunc.reinplace_pytorch_nodes(on)
+
+    def remove(self) -> None:
+        import autofunc
+
+        autofunc.reinplace_pytorch_nodes(False)
+        self._patch.__exit__(None, None, None)
+
+
 def _register(strategy: str) -> list:
     if strategy == "builtin":
         return []
+    if strategy.startswith("pytorch_"):  # pytorch_v1, pytorch_v2; _off: no adapters
+        version, _, off = strategy[len("pytorch_"):].partition("_")
+        return [_PyTorchNodes(version, on=not off)]
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
     import autofunc
@@ -167,6 +190,15 @@ def check(program: FuzzProgram, strategy: str, path: str) -> Failure | None:
         EagerError: the program raises in eager (regenerate it; not a finding).
     """
     failure = _check_once(program, strategy, path)
+    if failure is not None and strategy.startswith("pytorch_"):
+        # PyTorch's v1 node is wrong by itself where mutable arguments share memory (each is
+        # cloned alone): the same nodes left as they are, run without Inductor, are the oracle
+        # (Note [PyTorch's nodes as mutations] in autofunc/hops/pytorch_nodes.py).
+        theirs = _check_once(program, f"{strategy}_off", "aot_eager")
+        if theirs is not None:
+            failure.kind = "limitation"
+            failure.message = f"PyTorch's node is wrong before any pass: {failure.message}"
+            return failure
     if failure is not None and failure.kind == "exception" and strategy != "builtin":
         theirs = _check_once(program, "builtin", path)
         if (

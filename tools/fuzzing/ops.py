@@ -9,7 +9,9 @@ import torch
 _NS = "autofunc_fuzz"
 PATHS = ("aot_eager", "capture", "inductor")
 # "builtin" leaves the ops to PyTorch's own auto_functionalized handling (for triage).
-STRATEGIES = ("v1", "v2", "builtin")
+# v1/v2: the fuzz ops registered with autofunc; builtin: PyTorch's handling; pytorch_v1/_v2:
+# PyTorch's own nodes (its v1 or v2) decided by autofunc's pass (reinplace_pytorch_nodes)
+STRATEGIES = ("v1", "v2", "builtin", "pytorch_v1", "pytorch_v2")
 
 # Contractions (|factor| <= 1) and means keep values bounded however many calls a program makes.
 
