@@ -4,7 +4,8 @@
 autofunc's pass runs first (it must see the HOPs before anything else), then theirs. Depends on
 the registry (it hooks ``install_pass`` into it, Note [Backend hooks]); the registry does not
 import this module. Reports are kept only for the ``collect_reports()`` blocks open while a
-graph compiles, so a long-running server does not accumulate them.
+graph compiles, so a long-running server does not accumulate them; a graph loaded from
+Inductor's cache delivers the report stored with it (Note [Reports on a cache hit]).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import collections
 import contextlib
 import functools
 import hashlib
+import inspect
+import itertools
 import logging
 import sys
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,7 @@ from .hops import triton as _triton
 from .hops.adapter import accepted, adapter_kinds
 from .passes.inductor_repairs import INDUCTOR
 from .passes.reinplace import reinplace
+from .passes.report import Report
 
 __all__ = [
     "ReinplacePass",
@@ -93,7 +98,11 @@ def collect_reports() -> Iterator[list]:
         print(reports[0])
 
     A graph served from Inductor's FX graph cache or AOTAutograd's cache runs no post-grad
-    pass and so has no report here (``explain`` turns both caches off).
+    pass; its report, stored with the cache entry when the graph was compiled, is delivered
+    here on the hit, the same as a fresh compile's (Note [Reports on a cache hit]). Where this
+    torch does not let autofunc store or replay it, the ``autofunc`` log says so at INFO and
+    ``explain`` (which turns both caches off) or ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``
+    shows the decisions.
     """
     reports: list = []
     with _state.lock:
@@ -137,6 +146,7 @@ class ReinplacePass(_Base):
         # same Dynamo graph (v1, v2 or PyTorch's own HOP). On a cache hit functionalization does
         # not run again; this does (Note [Guarding on the registrations] in guards.py).
         guard_current_compile(registry.state_token)
+        _hook_inductor_cache()  # Inductor is computing its cache key: hook its hits first
         own = hashlib.sha256(
             f"{_source_digest()};reinplace={inductor_config_enabled()};"
             f"adapters={adapter_kinds()}".encode()
@@ -155,13 +165,21 @@ def _passes(value: Any) -> tuple:
 def run_pass(gm: torch.fx.GraphModule, is_inference: bool | None, note: str = "") -> None:
     """Run the re-inplace pass on ``gm`` as Inductor's post-grad pass does and deliver its
     report (``note``: where it ran, when not in the post-pass slot)."""
+    _hook_inductor_cache()
     report = reinplace(
         gm, enable=inductor_config_enabled(), is_inference=is_inference, policy=INDUCTOR
     )
     if report.calls:
         report.note = note
-        _state.deliver(report)
-        _publish(report)
+        _deliver(report)
+        _keep_for_cache(gm, report)
+
+
+def _deliver(report: Report) -> None:
+    """Where a graph's report goes: the open ``collect_reports`` blocks, ``last_reports`` and
+    PyTorch's diagnostics; the same for a graph compiled now and one loaded from the cache."""
+    _state.deliver(report)
+    _publish(report)
 
 
 class DeviceBackstop(CustomGraphModulePass):
@@ -271,6 +289,159 @@ def _publish(report: Any) -> None:
     c["bytes_saved"] += report.bytes_saved
 
 
+# Note [Reports on a cache hit]
+# On a hit in Inductor's FX graph cache or AOTAutograd's cache no post-grad pass runs, so
+# autofunc's pass delivers no report: the log, the counters, the trace artifact and
+# ``collect_reports`` would all be silent on the second run of a program. So the report travels
+# with the cache entry. The pass keeps each report under the GraphModule it ran on
+# (``_unclaimed``, weakly); Inductor builds its ``CompiledFxGraph`` from that same module right
+# after the post-grad passes, and autofunc's wrapper around that constructor takes the module's
+# reports (and its subgraphs'), in the order they were made, and stores them as JSON in an
+# attribute of the compiled graph (``_REPORTS_ATTR``; an empty tuple where the graph has no
+# call). Inductor pickles the whole object into the FX graph cache (AOTAutograd's cache refers
+# to that entry, or bundles the same object), so the attribute comes back with it. Every hit,
+# through either cache, goes through ``FxGraphCache.cache_hit_post_compile``; autofunc's wrapper
+# there delivers the stored reports exactly as the pass would have (``_deliver``). Neither
+# key changes: the attribute is set after the key was computed, and an entry is found only
+# under the key of the same input graph and the same autofunc code and registrations (Note
+# [The cache key covers the graph's code]), which decide the report. Both hooks are private
+# torch API, isolated in ``_hook_inductor_cache``; where one is missing, a hit on a graph that
+# calls a registered op is named at INFO on the ``autofunc`` log, once per process, with the
+# ways to see its decisions.
+
+_REPORTS_ATTR = "_autofunc_reports"
+_unclaimed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> [(seq, Report)]
+_sequence = itertools.count()
+_hooked = False
+_said: set[str] = set()
+
+
+def _keep_for_cache(gm: torch.nn.Module, report: Report) -> None:
+    with _state.lock:
+        _unclaimed.setdefault(gm, []).append((next(_sequence), report))
+
+
+def _claim_reports(compiled: Any, gm: Any) -> None:
+    """Store the reports made on ``gm`` and its subgraphs in the ``CompiledFxGraph``
+    ``compiled`` that Inductor built from it (Note [Reports on a cache hit])."""
+    if not isinstance(gm, torch.nn.Module):
+        return
+    with _state.lock:
+        found = [entry for module in gm.modules() for entry in _unclaimed.pop(module, ())]
+    found.sort(key=lambda entry: entry[0])
+    setattr(compiled, _REPORTS_ATTR, tuple(report.to_json() for _, report in found))
+
+
+def _replay(compiled: Any) -> None:
+    """Deliver the reports stored in ``compiled``, a graph just loaded from Inductor's cache."""
+    stored = getattr(compiled, _REPORTS_ATTR, None)
+    if stored is None:
+        if _calls_registered_op(getattr(compiled, "source_code", "") or ""):
+            _say_once("the cache entry holds no autofunc report (it was written without them)")
+        return
+    try:
+        reports = [Report.from_json(text) for text in stored]
+    except ValueError:
+        log.debug("autofunc: a stored report cannot be read", exc_info=True)
+        _say_once("its stored autofunc report cannot be read by this autofunc")
+        return
+    log.debug("autofunc: %d report(s) of a graph loaded from Inductor's cache", len(reports))
+    for report in reports:
+        _deliver(report)
+
+
+def _calls_registered_op(source: str) -> bool:
+    """Whether Inductor's output code calls an op registered with autofunc (Python wrapper
+    ``torch.ops.ns.name.``, C++ wrapper ``"ns::name"``)."""
+    for qualname in registry.registrations():
+        ns, _, name = qualname.partition("::")
+        if f"torch.ops.{ns}.{name}." in source or f'"{ns}::{name}' in source:
+            return True
+    return False
+
+
+def _say_once(why: str) -> None:
+    if why in _said:
+        return
+    _said.add(why)
+    log.info(
+        "autofunc: a graph came from Inductor's FX graph cache or AOTAutograd's cache, where "
+        "the re-inplace pass does not run, and %s; to see its decisions, run "
+        "autofunc.explain(fn, *args) (it turns the caches off) or set "
+        "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 (Note [Reports on a cache hit] in "
+        "autofunc/inductor.py)",
+        why,
+    )
+
+
+def _hook_inductor_cache() -> None:
+    """Wrap Inductor's ``CompiledFxGraph.__init__`` (store each graph's reports in it) and
+    ``FxGraphCache.cache_hit_post_compile`` (replay them on a hit): Note [Reports on a cache
+    hit]. Private torch API, checked on torch 2.13 (``torch._inductor.output_code`` and
+    ``torch._inductor.codecache``; the same names and the ``gm`` argument in earlier releases
+    that have ``cache_hit_post_compile``, 2.11 among them). Idempotent; does nothing until
+    Inductor's cache code is loaded (the first compile loads it, and calls this from
+    ``ReinplacePass.uuid`` before any lookup). Where a name or the ``gm`` argument is missing
+    it leaves that side unwrapped: without the constructor, hits on graphs that call a
+    registered op are named at INFO; without the hit hook, that is said once, at INFO, when
+    the hooks are first tried.
+    """
+    global _hooked
+    if _hooked:
+        return
+    codecache = sys.modules.get("torch._inductor.codecache")
+    output_code = sys.modules.get("torch._inductor.output_code")
+    if codecache is None or output_code is None:
+        return
+    with _state.lock:
+        if _hooked:
+            return
+        _hooked = True
+        compiled_cls = getattr(output_code, "CompiledFxGraph", None)
+        cache_cls = getattr(codecache, "FxGraphCache", None)
+        init = getattr(compiled_cls, "__init__", None)
+        try:
+            gm_index = list(inspect.signature(init).parameters).index("gm")
+        except (TypeError, ValueError):
+            gm_index = -1
+        if init is not None and gm_index > 0 and not getattr(init, "_autofunc", False):
+
+            @functools.wraps(init)
+            def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+                init(self, *args, **kwargs)
+                try:
+                    gm = kwargs["gm"] if "gm" in kwargs else args[gm_index - 1]
+                    _claim_reports(self, gm)
+                except Exception:  # never break a compile over a report
+                    log.debug("autofunc: could not store a report with a graph", exc_info=True)
+
+            __init__._autofunc = True  # type: ignore[attr-defined]
+            compiled_cls.__init__ = __init__
+        hit = inspect.getattr_static(cache_cls, "cache_hit_post_compile", None)
+        hit = hit.__func__ if isinstance(hit, staticmethod) else None
+        if hit is None:
+            log.info(
+                "autofunc: this torch has no FxGraphCache.cache_hit_post_compile, where autofunc "
+                "replays a graph's report when Inductor's FX graph cache or AOTAutograd's cache "
+                "serves it: such graphs show no report; to see their decisions, run "
+                "autofunc.explain(fn, *args) or set TORCHINDUCTOR_FORCE_DISABLE_CACHES=1"
+            )
+        elif not getattr(hit, "_autofunc", False):
+
+            @functools.wraps(hit)
+            def cache_hit_post_compile(graph: Any, *args: Any, **kwargs: Any) -> Any:
+                result = hit(graph, *args, **kwargs)
+                try:
+                    if result[0] is not None:
+                        _replay(result[0])
+                except Exception:
+                    log.debug("autofunc: could not replay a stored report", exc_info=True)
+                return result
+
+            cache_hit_post_compile._autofunc = True  # type: ignore[attr-defined]
+            cache_cls.cache_hit_post_compile = staticmethod(cache_hit_post_compile)
+
+
 # Note [The cache key covers the graph's code]
 # On a hit in Inductor's FX graph cache or AOTAutograd's cache neither functionalization nor the
 # pass runs, so their key (``ReinplacePass.uuid``) must change with every piece of autofunc code
@@ -327,6 +498,7 @@ def install_pass() -> None:
     """
     _rewrap(lambda p: p if isinstance(p, ReinplacePass) else ReinplacePass(then=p))
     _install_backstops()
+    _hook_inductor_cache()
 
 
 def uninstall_pass() -> None:

@@ -1,13 +1,17 @@
 """What the re-inplace pass decided and why: ``Decision``, ``CallReport``, ``Report``.
 
 Pure data plus rendering; nothing here inspects graphs. A :class:`Decision` is falsy when the
-buffer was cloned, so ``if decision:`` reads as "written in place".
+buffer was cloned, so ``if decision:`` reads as "written in place". A report round-trips through
+JSON (``Report.to_json``/``Report.from_json``): Inductor's cache stores it with the compiled
+graph (Note [Reports on a cache hit] in autofunc/inductor.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import json
+from typing import Any
 
 __all__ = ["Reason", "Decision", "CallReport", "Report", "format_bytes"]
 
@@ -104,6 +108,72 @@ class Report:
     @property
     def bytes_saved(self) -> int:
         return sum(d.nbytes for d in self.decisions if d)
+
+    # the version of the JSON form; from_json refuses any other
+    JSON_FORMAT = 1
+
+    def to_json(self) -> str:
+        """The report as a JSON object (reasons by name): what ``from_json`` reads back."""
+        return json.dumps(
+            {
+                "format": self.JSON_FORMAT,
+                "graph": self.graph,
+                "note": self.note,
+                "calls": [
+                    {
+                        "node": c.node,
+                        "op": c.op,
+                        "strategy": c.strategy,
+                        "note": c.note,
+                        "decisions": [
+                            {
+                                "args": list(d.args),
+                                "buffer": d.buffer,
+                                "chains": list(d.chains),
+                                "reason": d.reason.name,
+                                "nbytes": int(d.nbytes),
+                                "detail": d.detail,
+                            }
+                            for d in c.decisions
+                        ],
+                    }
+                    for c in self.calls
+                ],
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        """The report ``to_json`` wrote. ``ValueError`` for text of another format or a reason
+        this version does not know."""
+        try:
+            data: Any = json.loads(text)
+            if data.get("format") != cls.JSON_FORMAT:
+                raise ValueError(f"format {data.get('format')!r}, not {cls.JSON_FORMAT}")
+            calls = [
+                CallReport(
+                    node=c["node"],
+                    op=c["op"],
+                    strategy=c["strategy"],
+                    note=c["note"],
+                    decisions=[
+                        Decision(
+                            args=tuple(d["args"]),
+                            buffer=d["buffer"],
+                            chains=tuple(d["chains"]),
+                            reason=Reason[d["reason"]],
+                            nbytes=int(d["nbytes"]),
+                            detail=d["detail"],
+                        )
+                        for d in c["decisions"]
+                    ],
+                )
+                for c in data["calls"]
+            ]
+            return cls(calls=calls, graph=data["graph"], note=data["note"])
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise ValueError(f"not an autofunc report in JSON: {e!r}") from None
 
     def extend(self, other: "Report") -> None:
         self.calls.extend(other.calls)
