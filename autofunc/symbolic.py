@@ -15,7 +15,6 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 __all__ = [
     "Arith",
@@ -42,6 +41,9 @@ def known(cond: Any) -> bool:
     """True iff ``cond`` (a bool or SymBool) is provably true; never installs a guard."""
     if isinstance(cond, bool):
         return cond
+    # Imported here: it loads sympy (about 0.5 s), which a SymBool has loaded already.
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
     return bool(statically_known_true(cond))
 
 
