@@ -336,14 +336,15 @@ def test_registry_imports_no_backend():
 
 def test_import_loads_neither_dynamo_nor_inductor():
     # Note [Inductor imported when first needed]: `import autofunc` costs well under a second
-    # above torch; the first registration sets up the Inductor pass and the HOPs' allowance.
+    # above torch (no Dynamo, Inductor or sympy); the first registration sets up the Inductor
+    # pass and the HOPs' allowance.
     import subprocess
     import sys
 
     program = (
         "import sys, torch, autofunc\n"
-        "print(sorted(m for m in ('torch._dynamo', 'torch._inductor.config', 'autofunc.inductor')"
-        " if m in sys.modules))\n"
+        "print(sorted(m for m in ('torch._dynamo', 'torch._inductor.config', 'autofunc.inductor',"
+        " 'sympy', 'torch.fx.experimental.symbolic_shapes') if m in sys.modules))\n"
         "from tools import corpus\n"
         "autofunc.register(corpus.add_)\n"
         "import torch._inductor.config as c\n"
