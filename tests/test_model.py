@@ -97,8 +97,9 @@ def test_explain_v1_writes_each_cache_view_in_place(model):
         model, *inputs.args(), strategy="v1", backend="aot_eager", ops=MUTABLE_OPS
     )
     cloned = [d for d in report.decisions if not d]
-    # v1 clones views, never the cache: each clone is at most one layer's K (or V) half ...
-    assert max(d.nbytes for d in cloned) <= cache_bytes // (2 * CONFIG.layers), str(report)
+    # v1 clones views, never the cache: each clone is at most one layer's K (or V) half (the
+    # rotary's key view is no longer cloned: Note [Scatter chains overwrite what they copy]) ...
+    assert all(d.nbytes <= cache_bytes // (2 * CONFIG.layers) for d in cloned), str(report)
     # ... and no cache view at all: the V half of a layer is decided once the scatter writing
     # back its K half is folded (Note [Buffers of one call decided in turn]); before, that
     # scatter still read the old V half and every layer's V half was cloned.

@@ -132,7 +132,9 @@ def plot(json_path: str, png_path: str) -> None:
 def _draw(ax, panel: Panel, what: str) -> None:
     width = 0.8 / max(1, len(panel.strategies))
     labelled: set[str] = set()
-    group_top = {c: max(b.height for b in panel.bars if b.case == c) for c in panel.cases}
+    group_top = {  # a case may have no bar (a sweep of eager alone)
+        c: max((b.height for b in panel.bars if b.case == c), default=0) for c in panel.cases
+    }
     for bar in panel.bars:
         i = panel.strategies.index(bar.strategy)
         j = panel.cases.index(bar.case)
