@@ -45,9 +45,7 @@ def _gloo_rank(rank: int, world: int, store: str):
     inductor_config.compile_threads = 1
     inductor_config.fx_graph_cache = False
     functorch_config.enable_autograd_cache = False
-    dist.init_process_group(
-        "gloo", init_method=f"file://{store}", rank=rank, world_size=world
-    )
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         yield
     finally:

@@ -1,5 +1,6 @@
 """The re-inplace pass on AOTAutograd graphs (no Inductor): decisions, graphs, results."""
 
+import functools
 import operator
 
 import expecttest
@@ -419,8 +420,6 @@ def test_the_pass_leaves_no_cyclic_garbage(strategy, policy):
     # the whole heap of a compiling process: the pass makes none (bench-compile counts the
     # collections that fire inside it). The first run may initialize torch's own lazy state (a
     # fake kernel's first call), so the second is the one checked, its memos cleared first.
-    import gc
-
     import torch.fx as fx
     from torch.fx._lazy_graph_module import _LazyGraphModule
 
@@ -436,6 +435,6 @@ def test_the_pass_leaves_no_cyclic_garbage(strategy, policy):
         gm = _LazyGraphModule(captured.modules[0], graph)  # recompiles lazily, as in Inductor
         inference._infer.cache_clear()
         regions._region.cache_clear()
-        report, garbage = garbage_left_by(lambda: autofunc.reinplace(gm, policy=policy))
+        report, garbage = garbage_left_by(functools.partial(autofunc.reinplace, gm, policy=policy))
     assert report.decisions
     assert garbage == [], [type(o).__name__ for o in garbage[:20]]
