@@ -1,6 +1,8 @@
-"""Collectives beside mutable ops, on PyTorch's fake process group (one process, rank 0 of 2;
-every collective is a no-op, in eager and compiled alike): the decisions and results for each
-all-reduce form a tensor-parallel serving stack uses on its KV cache."""
+"""Collectives beside mutable ops, on a process group of one process that plays rank 0 of 2
+(``SumWithPeer``: the peer holds ``x + 1``, so an all-reduce makes ``x`` into ``2 x + 1``, in
+eager and compiled alike; a dropped collective, or one moved before or after a write of the
+tensor it reduces, changes the result): the decisions and results for each all-reduce form a
+tensor-parallel serving stack uses on its KV cache."""
 
 import pytest
 import torch
@@ -21,13 +23,56 @@ def all_reduce_(x: torch.Tensor) -> None:
     dist.all_reduce(x)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def fake_group():
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+class SumWithPeer(dist.ProcessGroup):
+    """Rank 0 of 2 in one process: the peer's tensor is always ``x + 1``, so an all-reduce (a
+    sum) writes ``2 x + 1``. Unlike PyTorch's fake group, whose collectives change nothing, every
+    all-reduce changes the value it reduces."""
 
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    calls = 0
+
+    def size(self) -> int:
+        return 2
+
+    def getBackendName(self) -> str:
+        return _BACKEND
+
+    @property
+    def group_name(self) -> str:  # what functional collectives resolve the group by
+        return dist.distributed_c10d._world.pg_names[self]
+
+    def allreduce(self, tensor_list, opts=None):
+        from torch._C._distributed_c10d import _create_work_from_future
+        from torch.futures import Future
+
+        assert opts is None or opts.reduceOp == dist.ReduceOp.SUM
+        type(self).calls += 1
+        with torch.no_grad():
+            for t in tensor_list:
+                t.mul_(2).add_(1)
+        done = Future()
+        done.set_result(tensor_list)
+        return _create_work_from_future(done)
+
+
+_BACKEND = "autofunc_sum_with_peer"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sum_with_peer_group():
+    if not hasattr(dist.Backend, _BACKEND.upper()):
+        dist.Backend.register_backend(
+            _BACKEND, lambda store, rank, size, timeout: SumWithPeer(rank, size), devices=["cpu"]
+        )
+    dist.init_process_group(_BACKEND, store=dist.HashStore(), rank=0, world_size=2)
     yield
     dist.destroy_process_group()
+
+
+def test_the_group_changes_values():
+    x = torch.ones(3)
+    dist.all_reduce(x)
+    assert x.tolist() == [3.0, 3.0, 3.0]
+    assert funcol.all_reduce(torch.zeros(2), "sum", dist.group.WORLD).tolist() == [1.0, 1.0]
 
 
 @pytest.fixture
@@ -66,6 +111,16 @@ def _inputs():
     return torch.zeros(2, 2, 64, 16), torch.randn(2, 2, 16), torch.tensor([1, 5])
 
 
+def _check_reduced_once(kv, rows):
+    """kv[0, 0] went through exactly one all-reduce after its write, kv[1, 1] through none."""
+    expected = torch.zeros(64, 16) + 1  # the rows not written: 2 * 0 + 1
+    expected[[1, 5]] = 2 * rows[0] + 1
+    torch.testing.assert_close(kv[0, 0], expected)
+    written = torch.zeros(64, 16)
+    written[[1, 5]] = rows[1]
+    torch.testing.assert_close(kv[1, 1], written)
+
+
 @pytest.mark.parametrize("fn", FORMS, ids=lambda f: f.__name__)
 def test_no_clone_of_the_cache_around_an_all_reduce(registered, fn):
     # The graph copies back the all-reduced value, not the last call's: the first call writes
@@ -73,20 +128,29 @@ def test_no_clone_of_the_cache_around_an_all_reduce(registered, fn):
     compiled, captured = compile_capture(fn)
     check = run_against_eager(fn, compiled, _inputs())
     assert check.correct, check.mismatch
+    _check_reduced_once(check.inputs[0], check.inputs[1])
     decisions = captured.report.decisions
     assert [d.reason for d in decisions] == [Reason.INPLACE] * len(decisions)
     assert len(decisions) == (3 if fn is custom_op_all_reduce else 2)
 
 
-def test_under_inductor(registered):
+@pytest.mark.parametrize("fn", FORMS, ids=lambda f: f.__name__)
+def test_under_inductor(registered, fn):
     from autofunc.inductor import collect_reports
 
-    with collect_reports() as reports:
-        check = run_against_eager(
-            inplace_all_reduce, torch.compile(inplace_all_reduce), _inputs()
-        )
+    # no cache hit: the pass must run on this graph and report it
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+        collect_reports() as reports,
+    ):
+        check = run_against_eager(fn, torch.compile(fn), _inputs())
     assert check.correct, check.mismatch
-    assert sum(r.num_clones for r in reports) == 0
+    _check_reduced_once(check.inputs[0], check.inputs[1])
+    assert len(reports) == 1
+    decisions = reports[0].decisions
+    assert len(decisions) == (3 if fn is custom_op_all_reduce else 2)
+    assert [d.reason for d in decisions] == [Reason.INPLACE] * len(decisions)
 
 
 def read_before_the_wait(x, y):
@@ -108,4 +172,5 @@ def test_a_read_of_the_pre_wait_tensor_after_the_write(registered, compile_with)
         compiled = torch.compile(read_before_the_wait)
     check = run_against_eager(read_before_the_wait, compiled, (torch.ones(4, 8), torch.ones(8)))
     assert check.correct, check.mismatch
-    assert check.expected[0][0, 0].item() == 4.0  # (1 + 1) * 2: the write is seen
+    assert check.expected[0][0, 0].item() == 8.0  # ((2 * 1 + 1) + 1) * 2: the write is seen
+    assert check.expected[1][0, 0].item() == 4.0  # the all-reduced 3, plus 1

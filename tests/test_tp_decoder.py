@@ -1,11 +1,13 @@
 """examples/tp_decoder.py on two real ranks (gloo, CPU): every all-reduce form under v1 and v2,
 each rank checked against eager, no clone left (the decisions are checked on one process with
-PyTorch's fake process group in test_collectives.py)."""
+a one-process group in test_collectives.py).
+
+The ranks meet through a file (``init_method="file://..."``, a fresh path per test), so no port
+is chosen in advance: gloo's own connections take ports the OS assigns."""
 
 import contextlib
 import importlib.util
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -32,7 +34,7 @@ def _example():
 
 
 @contextlib.contextmanager
-def _gloo_rank(rank: int, world: int, port: int):
+def _gloo_rank(rank: int, world: int, store: str):
     """One rank of a gloo group, for a spawned worker: Inductor compiles without worker
     processes (none to tear down at exit) and without its FX graph cache (a cached graph runs
     no post-grad pass, so it would have no report)."""
@@ -43,34 +45,31 @@ def _gloo_rank(rank: int, world: int, port: int):
     inductor_config.compile_threads = 1
     inductor_config.fx_graph_cache = False
     functorch_config.enable_autograd_cache = False
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         yield
     finally:
         dist.destroy_process_group()
 
 
-def _rank(rank: int, world: int, port: int, runs: list) -> None:
-    with _gloo_rank(rank, world, port):
+def _rank(rank: int, world: int, store: str, runs: list) -> None:
+    with _gloo_rank(rank, world, store):
         example = _example()
         for form, backend in runs:
             if not example.run_rank(form, example.Config(), backend, quiet=True):
                 raise AssertionError(f"rank {rank}: all_reduce={form} ({backend}) failed")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _store(tmp_path: Path) -> str:
+    """A path for the ranks' FileStore: new (the store creates it) and this test's own."""
+    return str(tmp_path / "store")
 
 
-def test_two_ranks_every_all_reduce_form():
+def test_two_ranks_every_all_reduce_form(tmp_path):
     # Inductor for the in-place form (the example's default), aot_eager for the other two
     # (the same pass on AOTAutograd's graphs; a third of the compile time)
     runs = [("inplace", "inductor"), ("functional", "aot_eager"), ("custom", "aot_eager")]
-    mp.start_processes(_rank, args=(2, _free_port(), runs), nprocs=2, start_method="spawn")
+    mp.start_processes(_rank, args=(2, _store(tmp_path), runs), nprocs=2, start_method="spawn")
 
 
 class _CountingModel(torch.nn.Module):
@@ -91,12 +90,12 @@ class _CountingModel(torch.nn.Module):
         return (self.b(h) * self.counts).sum() + self.mean.sum()
 
 
-def _ddp_rank(rank: int, world: int, port: int) -> None:
+def _ddp_rank(rank: int, world: int, store: str) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from autofunc.inductor import collect_reports
 
-    with _gloo_rank(rank, world, port):
+    with _gloo_rank(rank, world, store):
         for strategy in ("v1", "v2"):
             regs = corpus.register_all(strategy)
             try:
@@ -128,5 +127,5 @@ def _ddp_rank(rank: int, world: int, port: int) -> None:
                 torch._dynamo.reset()
 
 
-def test_two_ranks_ddp_training_with_buffers_updated_by_mutable_ops():
-    mp.start_processes(_ddp_rank, args=(2, _free_port()), nprocs=2, start_method="spawn")
+def test_two_ranks_ddp_training_with_buffers_updated_by_mutable_ops(tmp_path):
+    mp.start_processes(_ddp_rank, args=(2, _store(tmp_path)), nprocs=2, start_method="spawn")

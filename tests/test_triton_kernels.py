@@ -57,6 +57,23 @@ def _check(program, inputs, **compile_kwargs):
     return cap
 
 
+def _post_grad(program, make_inputs):
+    """Inductor's post-grad graph of ``program(wrap_triton)`` (what code would be generated
+    from), run on CPU with its kernels interpreted, as ``bench/triton_point.py`` does, against
+    ``program(eager)``; return the graph and the reports of its compile."""
+    with autofunc.inductor.collect_reports() as reports:
+        gm = ut.post_grad_graph(program(wrap_triton), make_inputs())
+    ut.interpret_kernels()
+
+    def run(*args):
+        got = gm(*args)
+        return got[0] if isinstance(got, (tuple, list)) and len(got) == 1 else tuple(got)
+
+    check = run_against_eager(program(ut.eager), run, make_inputs())
+    assert check.correct, (check.mismatch, format_graph(gm))
+    return gm, reports
+
+
 def _decisions(cap):
     return [(c.op, d.args, d.reason, d.nbytes) for c in cap.report.calls for d in c.decisions]
 
@@ -157,12 +174,12 @@ def test_a_read_before_the_call_used_after_it():
     # clone of kv[1] (that layer alone) stays; the built-in copies two layers (from element 0).
     cap = _check(_read_then_write, [torch.randn(3, 16), torch.randn(16)])
     assert [reason for _, _, reason, _ in _decisions(cap)] == [Reason.INPLACE]
-    kv, x = torch.randn(3, 16), torch.randn(16)
-    with autofunc.inductor.collect_reports() as reports:
-        ours = ut.allocated_bytes(ut.post_grad_graph(_read_then_write(wrap_triton), [kv, x]))
+    gm, reports = _post_grad(_read_then_write, lambda: [torch.randn(3, 16), torch.randn(16)])
     assert [d.reason for r in reports for d in r.decisions] == [Reason.READ_LATER]
+    ours = ut.allocated_bytes(gm)
     autofunc.reinplace_triton_kernels(False)
-    builtin = ut.allocated_bytes(ut.post_grad_graph(_read_then_write(wrap_triton), [kv, x]))
+    gm, _ = _post_grad(_read_then_write, lambda: [torch.randn(3, 16), torch.randn(16)])
+    builtin = ut.allocated_bytes(gm)
     assert (ours, builtin) == (16 * 4, 2 * 16 * 4)
 
 
@@ -185,8 +202,7 @@ def test_the_same_tensor_as_two_written_pointers():
         (("a_ptr", "b_ptr"), Reason.INPLACE)
     ]
     assert "pytorch#196657" not in call.note
-    with autofunc.inductor.collect_reports() as reports:
-        gm = ut.post_grad_graph(_two_pointers(wrap_triton), [torch.zeros(16)])
+    gm, reports = _post_grad(_two_pointers, lambda: [torch.zeros(16)])  # eager's 11s
     assert [d.reason for r in reports for d in r.decisions] == [Reason.INPLACE]
     assert ut.allocated_bytes(gm) == 0
 
@@ -224,8 +240,7 @@ def test_a_clone_inductor_removes_keeps_both_pointers_apart():
         return f
 
     _check(program, [torch.zeros(16)])
-    with autofunc.inductor.collect_reports() as reports:
-        gm = ut.post_grad_graph(program(wrap_triton), [torch.zeros(16)])
+    gm, reports = _post_grad(program, lambda: [torch.zeros(16)])  # x + 1, y + 10, as eager
     (call,) = [c for r in reports for c in r.calls]
     assert [d.reason for d in call.decisions] == [Reason.INPLACE, Reason.SAME_BUFFER_TWICE]
     (launch,) = gm.graph.find_nodes(
@@ -274,9 +289,20 @@ def test_off_leaves_the_calls_to_inductor():
     compiled, cap = compile_capture(
         _every_layer(wrap_triton), before_pass=lambda gm: ut.interpret_kernels()
     )
-    compiled(torch.randn(3, 16), torch.randn(16))
-    assert not cap.report.calls
-    assert "triton_kernel_wrapper_functional" in cap.reinplaced[0]
+    check = run_against_eager(
+        _every_layer(ut.eager), compiled, [torch.randn(3, 16), torch.randn(16)]
+    )
+    assert check.correct, check.mismatch
+    assert not [c for c in cap.report.calls if c.strategy == "triton"]
+    # the three launches reach the graph the pass leaves, still functional
+    assert cap.reinplaced[0].count("triton_kernel_wrapper_functional(") == 3
+    assert "triton_kernel_wrapper_mutation" not in cap.reinplaced[0]
+    # and under Inductor: its own re-inplacing handles them, with eager's result
+    gm, reports = _post_grad(_every_layer, lambda: [torch.randn(3, 16), torch.randn(16)])
+    assert not [c for r in reports for c in r.calls if c.strategy == "triton"]
+    assert format_graph(gm).count("triton_kernel_wrapper_mutation(") == 3
+    # the built-in's copies, each layer's from element 0: (3 + 1) / 2 caches of 3 x 16 floats
+    assert ut.allocated_bytes(gm) == 3 * 16 * 4 * (3 + 1) // 2
 
 
 def test_a_report_says_when_every_tensor_counts_as_written():

@@ -1,5 +1,6 @@
 """The re-inplace pass on AOTAutograd graphs (no Inductor): decisions, graphs, results."""
 
+import functools
 import operator
 
 import expecttest
@@ -389,14 +390,36 @@ def test_view_of_input_without_copy_back_is_cloned():
     assert torch.equal(cache, before)
 
 
+def garbage_left_by(run):
+    """``(run(), the objects in reference cycles it left)``, counting only what ``run`` made:
+    every object the GC tracks before the call is kept alive through it (so garbage made
+    earlier, anywhere in the process, is not collected here), and what one full collection
+    after the call finds unreachable is returned (``DEBUG_SAVEALL``) rather than freed."""
+    import gc
+
+    gc.collect()
+    before = gc.get_objects()
+    debug = gc.get_debug()
+    gc.disable()
+    gc.set_debug(debug | gc.DEBUG_SAVEALL)
+    try:
+        result = run()
+        gc.collect()
+        found = list(gc.garbage)
+        gc.garbage.clear()
+    finally:
+        gc.set_debug(debug)
+        gc.enable()
+        del before
+    return result, found
+
+
 @pytest.mark.parametrize("policy", [GENERIC, INDUCTOR], ids=str)
 def test_the_pass_leaves_no_cyclic_garbage(strategy, policy):
     # Garbage in reference cycles is freed only by the cyclic GC, whose full collections walk
     # the whole heap of a compiling process: the pass makes none (bench-compile counts the
     # collections that fire inside it). The first run may initialize torch's own lazy state (a
     # fake kernel's first call), so the second is the one checked, its memos cleared first.
-    import gc
-
     import torch.fx as fx
     from torch.fx._lazy_graph_module import _LazyGraphModule
 
@@ -412,12 +435,6 @@ def test_the_pass_leaves_no_cyclic_garbage(strategy, policy):
         gm = _LazyGraphModule(captured.modules[0], graph)  # recompiles lazily, as in Inductor
         inference._infer.cache_clear()
         regions._region.cache_clear()
-        gc.collect()
-        gc.disable()
-        try:
-            report = autofunc.reinplace(gm, policy=policy)
-            garbage = gc.collect()
-        finally:
-            gc.enable()
+        report, garbage = garbage_left_by(functools.partial(autofunc.reinplace, gm, policy=policy))
     assert report.decisions
-    assert garbage == 0
+    assert garbage == [], [type(o).__name__ for o in garbage[:20]]
