@@ -34,6 +34,8 @@ from ..regions import (
     region_of_geometry,
     same_geometry,
 )
+from ..symbolic import known
+from ..views.geometry import as_int
 
 log = logging.getLogger("autofunc.passes.alias")
 
@@ -122,6 +124,54 @@ class _Shift:
     root: tuple  # the base's version root: (size, stride, offset)
     dense: bool  # is_dense_root of that root
     itemsize: int  # element size of the root, the base and the version
+
+
+def _static_shift(a: torch.Tensor, b: torch.Tensor) -> int | None:
+    """``b``'s storage offset minus ``a``'s, when that is a constant and the two have provably
+    the same sizes, strides and element size (each element of ``a`` then has its counterpart
+    in ``b`` that constant many elements further on); else ``None``.
+
+    Note [Shifts with symbolic sizes]
+    Under dynamic shapes the value of a call written into a view (vLLM's rotary query and
+    key, ``getitem(split_with_sizes(qkv, [128, 64, 64], -1), i)`` of a ``qkv: f32[s72, 256]``)
+    and that view have symbolic sizes such as ``(s72, 64)``, and strides and offsets that are
+    ints or SymInts. Note [A call's value read where it was written] needs only three facts:
+    (1) per dimension, ``a.size(d) == b.size(d)`` and ``a.stride(d) == b.stride(d)``;
+    (2) ``delta = b.storage_offset() - a.storage_offset()`` is one int; (3) equal element
+    sizes. Each is decided without a guard: (1) by ``known`` (``statically_known_true``: true
+    only when the shape environment proves it from what every run of this graph already
+    satisfies, the guards and runtime asserts installed before the pass, the axioms of its
+    symbols; never ``bool()`` of a SymBool, which would guard), (2) by ``as_int`` (an int, or a
+    SymInt whose expression is a constant: ``maybe_as_int``), (3) on ints. Anything undecided
+    returns ``None``: the version stays coarse, its reads overlap everything, as before.
+
+    Given (1)-(3), for every value the symbols take at run time, element ``i`` of ``a`` lies at
+    ``a.storage_offset() + sum(i[d] * stride[d])`` and element ``i`` of ``b`` at that plus
+    ``delta``, with the same ``stride`` expressions: a constant shift, whatever the sizes
+    (vacuous when a size is 0: there is no element to place). A view of ``a`` taken by
+    relative view ops has, at run time, the sizes, strides and offset its fake value records
+    (the same ops on the same symbols), so it is placed in ``b``'s storage at that offset plus
+    ``delta``. The pass adds no fact of its own about the symbols: the placed region is
+    compared by ``regions.overlaps``/``contains``, whose answers are again decided by
+    ``known`` only: exact for boxes of one root (select/slice chains), "may overlap" / "not
+    contained" for everything they cannot decide. For the rotary that is exact whatever the
+    token count: the shifted query ``qkv[:, 0:128]`` and the key ``qkv[:, 128:192]`` have the
+    boxes ``((0, s72, 1), (0, 128, 1))`` and ``((0, s72, 1), (128, 192, 1))`` of the root
+    ``(s72, 256)``, strides ``(256, 1)``: the same in the symbolic row dimension, disjoint
+    in the static column one (``known(128 <= 128)``), and the root maps distinct indices to
+    distinct elements, ``(r, c) -> 256 r + c`` with ``0 <= c < 256``, because its row stride
+    (256) is static and at least the span of its column dimension (256 elements): so the two
+    views share no element for any ``s72``, 0 included. Likewise ``slice_scatter(qkv, x, 1,
+    128, 192)`` replaces exactly the key's box in every row (``contains``: equal bounds in
+    every dimension). A symbolic ``delta`` is not placed (it would need a symbolic box origin;
+    no case seen needs it).
+    """
+    if a.element_size() != b.element_size() or a.dim() != b.dim():
+        return None
+    pairs = [*zip(a.shape, b.shape), *zip(a.stride(), b.stride())]
+    if not all(known(x == y) for x, y in pairs):
+        return None
+    return as_int(b.storage_offset() - a.storage_offset())
 
 
 class AliasAnalysis:
@@ -372,6 +422,8 @@ class AliasAnalysis:
         The version stays coarse for every other query (``may_overlap``, scatter chains).
         A call that writes ``q`` and ``k`` of one ``qkv`` needs it: the write-back scatter of
         ``q``'s value reads that value after the call, and used to keep ``k``'s clone.
+        The sizes and strides may be symbolic (a token count): Note [Shifts with symbolic
+        sizes] says which facts are used and how each is decided without a guard.
         """
         key = self.version[new]
         if self.root[key] is not new or len(self._members[self.memory_class(key)]) != 1:
@@ -379,10 +431,8 @@ class AliasAnalysis:
         if self.version[base] in self._coarse:
             return None
         a, b = new.meta["val"], base.meta["val"]
-        geoms = [(tuple(t.shape), tuple(t.stride()), t.storage_offset()) for t in (a, b)]
-        if not all(type(x) is int for g in geoms for x in (*g[0], *g[1], g[2])):
-            return None
-        if geoms[0][:2] != geoms[1][:2] or a.element_size() != b.element_size():
+        delta = _static_shift(a, b)  # Note [Shifts with symbolic sizes]
+        if delta is None:
             return None
         root = self.root[self.version[base]].meta["val"]
         if root.element_size() != b.element_size():
@@ -390,7 +440,7 @@ class AliasAnalysis:
         return _Shift(
             base=self.version[base],
             ends=(new, base),
-            delta=geoms[1][2] - geoms[0][2],
+            delta=delta,
             whole=self.region(new),
             root=(tuple(root.shape), tuple(root.stride()), root.storage_offset()),
             dense=is_dense_root(root),

@@ -8,6 +8,9 @@ registered) and autofunc's (``register(op, strategy="v1")``), through the pass a
 AOTAutograd's graph, against eager: outputs and mutated inputs. Where the old value of a written
 window *is* read (a graph changed by hand to read it, the functional program being the oracle
 then), the clone stays.
+
+The same programs with a symbolic row count (``dynamic=True``, vLLM's token count ``s72``) are
+compiled once and checked at two row counts (Note [Shifts with symbolic sizes]).
 """
 
 from __future__ import annotations
@@ -221,3 +224,180 @@ def test_under_inductor(flavour, fn):
     assert len(report.decisions) == 2
     if fn is rope:
         assert report.num_clones == 0 and report.bytes_cloned == 0, str(report)
+
+
+# -- a symbolic token count (Note [Shifts with symbolic sizes]) ------------------------------
+#
+# vLLM's graph has ``qkv: f32[s72, 256]``: the rows are symbolic, the column windows static.
+# Each program is compiled once with ``dynamic=True`` and checked at two row counts.
+
+
+@torch.library.custom_op("af_scatter_chain::mm_into", mutates_args={"out"})
+def mm_into(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    torch.mm(x, w, out=out)  # vLLM's _C::onednn_mm(c(a!), ...) into a fresh empty
+
+
+@mm_into.register_fake
+def _(out, x, w):
+    return None
+
+
+def rope_split_with_sizes(x, w, pos):
+    qkv = x @ w
+    q, k, v = aten.split_with_sizes(qkv, [8, 4, 4], -1)
+    rot(pos, q, k)
+    return qkv.sum(-1), v * 2
+
+
+def rope_into_empty(x, w, pos):
+    # as vLLM: qkv is the new value of an empty written by a matmul op
+    qkv = torch.empty(x.shape[0], w.shape[1], dtype=x.dtype)
+    mm_into(qkv, x, w)
+    q, k, _ = qkv.split([8, 4, 4], -1)
+    rot(pos, q, k)
+    q2, k2, v2 = aten.split_with_sizes(qkv, [8, 4, 4], -1)  # the attention's views
+    return q2 * 1, k2 * 1, v2 * 2
+
+
+def _dyn_inputs(n):
+    g = torch.Generator().manual_seed(n)
+    return [torch.randn(n, 5, generator=g), torch.randn(5, 16, generator=g), torch.arange(n * 1.0)]
+
+
+_ROW_COUNTS = (3, 7)
+
+
+@pytest.fixture
+def flavour_mm(flavour):
+    """``flavour`` with ``mm_into`` under the same node kind."""
+    if flavour == "autofunc_v1":
+        reg = autofunc.register(mm_into, strategy="v1")
+        try:
+            yield flavour
+        finally:
+            reg.remove()
+    else:
+        yield flavour
+
+
+def _symbolic_rows(captured) -> bool:
+    (gm,) = captured.modules
+    return any(
+        isinstance(n.meta.get("val"), torch.Tensor)
+        and isinstance(n.meta["val"].shape[0], torch.SymInt)
+        for n in gm.graph.nodes
+    )
+
+
+def _check_dynamic(fn, compiled):
+    for n in _ROW_COUNTS:
+        check = run_against_eager(fn, compiled, _dyn_inputs(n))
+        assert check.correct, (n, check.mismatch)
+
+
+@pytest.mark.parametrize(
+    "fn", [rope, rope_split_with_sizes, rope_copy_after, rope_old_key_kept, rope_three]
+)
+def test_symbolic_rows_no_clone(flavour, fn):
+    compiled, captured = compile_capture(fn, dynamic=True)
+    _check_dynamic(fn, compiled)
+    assert len(captured.modules) == 1 and _symbolic_rows(captured)  # one graph for both sizes
+    report = captured.report
+    strategy = "pytorch_v1" if flavour == "pytorch_v1" else "v1"
+    assert {c.strategy for c in report.calls} == {strategy}
+    assert [d.reason for d in report.decisions] == [Reason.INPLACE] * len(report.decisions)
+    assert len(report.decisions) == (3 if fn is rope_three else 2)
+    assert report.num_clones == 0 and report.bytes_cloned == 0, str(report)
+
+
+def test_symbolic_rows_into_empty_no_clone(flavour_mm):
+    compiled, captured = compile_capture(rope_into_empty, dynamic=True)
+    _check_dynamic(rope_into_empty, compiled)
+    assert _symbolic_rows(captured)
+    report = captured.report
+    assert len(report.decisions) == 3  # the matmul's out, the query, the key
+    assert report.num_clones == 0 and report.bytes_cloned == 0, str(report)
+
+
+@pytest.mark.parametrize(
+    "change, clones",
+    [
+        (_read_first_scatter, [Reason.INPLACE, Reason.READ_LATER]),
+        (_read_first_scatter_key, [Reason.INPLACE, Reason.READ_LATER]),
+        (_read_old_qkv, [Reason.READ_LATER, Reason.READ_LATER]),
+    ],
+)
+def test_symbolic_rows_old_key_read_keeps_the_clone(flavour, change, clones):
+    functional, _ = compile_capture(rope, dynamic=True, reinplace_pass=False, before_pass=change)
+    torch._dynamo.reset()
+    compiled, captured = compile_capture(rope, dynamic=True, before_pass=change)
+    for n in _ROW_COUNTS:
+        inputs = _dyn_inputs(n)
+        expected = functional(*[t.clone() for t in inputs])
+        got = compiled(*inputs)
+        assert all(same_result(a, b) for a, b in zip(got, expected)), n
+    assert _symbolic_rows(captured)
+    assert [d.reason for d in captured.report.decisions] == clones
+
+
+def test_symbolic_rows_overlapping_windows_as_before(flavour):
+    # As test_overlapping_windows_as_before (PyTorch's v1 node is wrong here before any pass).
+    compiled, captured = compile_capture(rope_overlapping, dynamic=True)
+    if flavour == "pytorch_v1":
+        for n in _ROW_COUNTS:
+            compiled(*_dyn_inputs(n))
+    else:
+        _check_dynamic(rope_overlapping, compiled)
+    assert _symbolic_rows(captured)
+    decisions = [d.reason for d in captured.report.decisions]
+    if flavour == "pytorch_v1":
+        assert decisions == [Reason.INPLACE, Reason.SAME_BUFFER_TWICE]
+    else:
+        assert decisions == [Reason.INPLACE]
+
+
+@pytest.mark.parametrize("fn", [rope_split_with_sizes, rope_old_key_kept, rope_into_empty])
+def test_symbolic_rows_under_inductor(flavour_mm, fn):
+    with collect_reports() as reports, inductor_config.patch(fx_graph_cache=False):
+        compiled = torch.compile(fn, backend="inductor", fullgraph=True, dynamic=True)
+        _check_dynamic(fn, compiled)
+    (report,) = reports  # one graph for both sizes
+    assert len(report.decisions) == (3 if fn is rope_into_empty else 2)
+    if fn is not rope_old_key_kept:  # its old key is read late: as test_under_inductor
+        assert report.num_clones == 0 and report.bytes_cloned == 0, str(report)
+
+
+def test_static_shift_decides_without_guards():
+    # Note [Shifts with symbolic sizes]: provably equal sizes and strides and a constant offset
+    # difference give a shift; anything else (other sizes, another symbol, a symbolic offset)
+    # gives none; and no question installs a guard.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    from autofunc.passes.alias import _static_shift
+
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+
+    def rows(n):
+        ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC])
+        return mode.from_tensor(torch.empty(n, 16), symbolic_context=ctx)
+
+    qkv, other = rows(4), rows(5)
+    guards = len(env.guards)
+    with mode:
+        q, k, v = aten.split_with_sizes(qkv, [8, 4, 4], -1)
+        value = torch.empty_strided(k.shape, k.stride())  # a v1 node's value for the key
+        assert _static_shift(value, k) == 8
+        assert _static_shift(value, v) == 12
+        assert _static_shift(q, k) is None  # other column count
+        assert _static_shift(other[:, 8:12], k) is None  # another symbol
+        assert _static_shift(value, qkv[1:, 8:12]) is None  # s - 1 rows
+        n = qkv.shape[0]
+        at_n = qkv.view(-1).as_strided(k.shape, k.stride(), n)  # a symbolic offset
+        assert _static_shift(value, at_n) is None
+    assert len(env.guards) == guards
