@@ -75,17 +75,88 @@ def _fold_scatters(ctx: _Pass, buf: fx.Node) -> None:
 
 def _folds(analysis: AliasAnalysis, user: fx.Node, src: fx.Node, view: fx.Node) -> bool:
     """Whether ``user`` scatters ``src`` (the bytes of ``view``) back where ``view`` took them."""
-    return (
+    if not (
         user.target in SCATTER_VIEWS
         and len(user.args) > 1
         and user.args[1] is src
-        and SCATTER_VIEWS[user.target] is view.target
-        and _same_view(user.args[0], view.args[0])
-        and _same_view_args(user, view)
         and src.meta["val"].dtype == user.meta["val"].dtype
         and user in analysis.version
         and user.args[0] in analysis.version
+    ):
+        return False
+    split = _split_as_slice(view)
+    if split is not None:  # Note [A split's piece is a slice]
+        root, dim, start, end = split
+        return (
+            user.target is _aten.slice_scatter.default
+            and _same_view(user.args[0], root)
+            and _scatter_window(user) == (dim, start, end)
+        )
+    return (
+        SCATTER_VIEWS[user.target] is view.target
+        and _same_view(user.args[0], view.args[0])
+        and _same_view_args(user, view)
     )
+
+
+# Note [A split's piece is a slice]
+# ``q, k, v = qkv.split([128, 64, 64], -1)`` (vLLM's attention input) makes each piece as
+# ``getitem(split_with_sizes(qkv, sizes, dim), i)``: the slice ``qkv[..., s:s + sizes[i]]`` with
+# ``s = sum(sizes[:i])``, and functionalization writes a piece back with
+# ``slice_scatter(qkv', piece', dim, s, s + sizes[i])``. So once the piece is written in place,
+# that scatter puts back what is there, exactly as for a piece made by ``slice``: it folds.
+# Only static sizes and a static, normalised dimension are read this way (``split.Tensor``, equal
+# pieces, too); anything else is no slice here, and its scatter stays.
+def _split_as_slice(view: Any) -> tuple[fx.Node, int, int, int] | None:
+    """``(root, dim, start, end)`` where ``view`` is a piece of a split of ``root`` along
+    ``dim`` (static; Note [A split's piece is a slice]), else ``None``."""
+    import operator
+
+    if not (
+        isinstance(view, fx.Node)
+        and view.target is operator.getitem
+        and isinstance(view.args[0], fx.Node)
+        and isinstance(view.args[1], int)
+    ):
+        return None
+    split, i = view.args[0], view.args[1]
+    if split.target not in (_aten.split_with_sizes.default, _aten.split.Tensor):
+        return None
+    root = split.args[0]
+    val = getattr(root, "meta", {}).get("val")
+    if not isinstance(val, torch.Tensor):
+        return None
+    size_arg = split.args[1]
+    dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+    if not isinstance(dim, int):
+        return None
+    dim = dim % val.dim()
+    length = val.shape[dim]
+    if split.target is _aten.split.Tensor:
+        if not (isinstance(size_arg, int) and isinstance(length, int) and size_arg > 0):
+            return None
+        sizes = [min(size_arg, length - k) for k in range(0, length, size_arg)]
+    else:
+        sizes = list(size_arg)
+    if not all(isinstance(n, int) for n in sizes) or not 0 <= i < len(sizes):
+        return None
+    start = sum(sizes[:i])
+    return root, dim, start, start + sizes[i]
+
+
+def _scatter_window(scatter: fx.Node) -> tuple[int, Any, Any] | None:
+    """``(dim, start, end)`` of a ``slice_scatter`` of step 1 (dim normalised), else ``None``."""
+    args = list(scatter.args) + [None] * (6 - len(scatter.args))
+    dim = args[2] if args[2] is not None else scatter.kwargs.get("dim", 0)
+    start = args[3] if args[3] is not None else scatter.kwargs.get("start")
+    end = args[4] if args[4] is not None else scatter.kwargs.get("end")
+    step = args[5] if args[5] is not None else scatter.kwargs.get("step", 1)
+    val = scatter.meta.get("val")
+    if step != 1 or not isinstance(val, torch.Tensor):
+        return None
+    if not all(type(v) is int for v in (dim, start, end)):  # never compare a SymInt (a guard)
+        return None
+    return dim % val.dim(), start, end
 
 
 def _all_scatters_fold(analysis: AliasAnalysis, out: fx.Node, buf: fx.Node) -> bool:

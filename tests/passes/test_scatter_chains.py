@@ -401,3 +401,55 @@ def test_static_shift_decides_without_guards():
         at_n = qkv.view(-1).as_strided(k.shape, k.stride(), n)  # a symbolic offset
         assert _static_shift(value, at_n) is None
     assert len(env.guards) == guards
+
+
+# -- Note [A split's piece is a slice] (passes/scatters.py) ------------------------------------
+
+
+@torch.library.custom_op("split_fold::mm_into", mutates_args={"c"})
+def _mm_into(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    torch.matmul(a, b, out=c)
+
+
+@_mm_into.register_fake
+def _(c, a, b):
+    return None
+
+
+@torch.library.custom_op("split_fold::rot", mutates_args={"query", "key"})
+def _rot(pos: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> None:
+    query.mul_(2)
+    key.add_(pos[:, None])
+
+
+@_rot.register_fake
+def _(pos, query, key):
+    return None
+
+
+def _split_rope(x, w, pos):  # vLLM's shape: the matmul into a fresh qkv, rope on its pieces
+    qkv = torch.empty(x.shape[0], 16)
+    _mm_into(qkv, x, w)
+    q, k, v = qkv.split([8, 4, 4], -1)
+    _rot(pos, q, k)
+    q2, k2, v2 = qkv.split([8, 4, 4], -1)
+    return q2 * 1, k2 + v2
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_split_pieces_written_in_place_leave_no_scatter(dynamic):
+    # Both pieces written in place: their write-back scatters put back what is there and fold,
+    # so the graph copies nothing at all (before: two slice_scatters of the whole qkv).
+    from autofunc.testing import copy_nodes
+
+    autofunc.reinplace_pytorch_nodes()
+    try:
+        with inductor_config.patch(enable_auto_functionalized_v2=False):
+            compiled, captured = compile_capture(_split_rope, dynamic=dynamic)
+            for rows in (3, 7):
+                x, w, pos = torch.randn(rows, 5), torch.randn(5, 16), torch.randn(rows)
+                torch.testing.assert_close(compiled(x, w, pos), _split_rope(x, w, pos))
+    finally:
+        autofunc.reinplace_pytorch_nodes(False)
+    assert captured.report.num_clones == 0, str(captured.report)
+    assert [copy_nodes(gm) for gm in captured.modules] == [[]] * len(captured.modules)
