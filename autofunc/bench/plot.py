@@ -103,8 +103,8 @@ def plot(json_path: str, png_path: str) -> None:
     rows = doc["records"]
     drawn = panels(rows)
     n_cases = max((len(p.cases) for p in drawn), default=1)
-    fig, axes = plt.subplots(
-        len(drawn), 1, figsize=(max(7.0, 1.7 * n_cases + 1.5), 2.9 * len(drawn) + 1.4),
+    fig, axes = plt.subplots(  # at least one panel: a sweep with no point to draw says so
+        max(1, len(drawn)), 1, figsize=(max(7.0, 1.7 * n_cases + 1.5), 2.9 * len(drawn) + 1.4),
         squeeze=False,
     )  # fmt: skip
     what = (
@@ -114,8 +114,8 @@ def plot(json_path: str, png_path: str) -> None:
     )
     for ax, panel in zip(axes[:, 0], drawn):
         _draw(ax, panel, what)
-    axes[0, 0].legend(fontsize="small", ncol=len(drawn[0].strategies) if drawn else 1,
-                      loc="upper left")  # fmt: skip
+    if drawn and drawn[0].strategies:  # an eager-only sweep has no bar to name
+        axes[0, 0].legend(fontsize="small", ncol=len(drawn[0].strategies), loc="upper left")
     env = doc.get("env", {})
     fig.suptitle(
         f"autofunc bench, {env.get('device', '')}, torch {env.get('torch', '')}\n{verdict(rows)}",
