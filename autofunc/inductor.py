@@ -43,7 +43,7 @@ from .guards import guard_current_compile
 from .hops import pytorch_nodes as _pytorch_nodes
 from .hops import subgraph as _subgraph
 from .hops import triton as _triton
-from .hops.adapter import accepted, adapter_kinds
+from .hops.adapter import accepted, adapter_kinds, mutation_targets
 from .passes.inductor_repairs import INDUCTOR
 from .passes.reinplace import reinplace
 from .passes.report import Report
@@ -209,7 +209,12 @@ class DeviceBackstop(CustomGraphModulePass):
         self.then = then
 
     def __call__(self, gm: torch.fx.GraphModule) -> None:
-        if any(accepted(n) for n in gm.graph.nodes):
+        left = (  # looked up by target, as the pass finds its nodes: no walk of the graph
+            n
+            for target in mutation_targets()
+            for n in gm.graph.find_nodes(op="call_function", target=target)
+        )
+        if any(accepted(n) for n in left):
             reason = _why_missing()
             if reason not in _warned:
                 _warned.add(reason)

@@ -19,6 +19,7 @@ import torch.utils._pytree as pytree
 import torch.fx as fx
 
 from .passes.reinplace import reinplace
+from .passes.alias import SCATTER_VIEWS
 from .passes.report import Report
 from .symbolic import nbytes_hint
 
@@ -109,15 +110,8 @@ def format_graph(gm: fx.GraphModule) -> str:
 # The ops that copy memory in a post-grad graph: a clone, a copy into a buffer, and the
 # write-back scatters functionalization emits (each materializes its whole output).
 COPY_TARGETS = frozenset(
-    {
-        torch.ops.aten.clone.default,
-        torch.ops.aten.copy.default,
-        torch.ops.aten.copy_.default,
-        torch.ops.aten.slice_scatter.default,
-        torch.ops.aten.select_scatter.default,
-        torch.ops.aten.diagonal_scatter.default,
-        torch.ops.aten.as_strided_scatter.default,
-    }
+    {torch.ops.aten.clone.default, torch.ops.aten.copy.default, torch.ops.aten.copy_.default}
+    | set(SCATTER_VIEWS)
 )
 
 

@@ -50,7 +50,7 @@ from ..errors import AutofuncError, UnsupportedCallError
 from ..schema import op_info, qualname
 from .adapter import Mutation, Slot, register_adapter, registered, unregister_adapter
 from .v1 import mutable_slots
-from .v2_entries import TracedBases, read_entry
+from .v2_entries import TracedBases, read_slots
 
 __all__ = ["PyTorchV1Adapter", "PyTorchV2Adapter", "enable", "enabled"]
 
@@ -77,6 +77,17 @@ def _info(op: OpOverload) -> Any:
     return info
 
 
+def _read_or_leave(adapter: Any, node: Any) -> Mutation | bool:
+    """``adapter.read(node)``, or ``False`` (left to PyTorch, logged) where the node is not
+    readable; a call no compiled form of which matches eager still raises."""
+    try:
+        return adapter.read(node)
+    except UnsupportedCallError:
+        raise
+    except (AutofuncError, TypeError, ValueError, KeyError) as e:
+        return _leave(node, str(e))
+
+
 def _outputs_before_buffers(node: Any, num_buffers: int) -> int:
     val = node.meta.get("val")
     if not isinstance(val, (tuple, list)) or len(val) < num_buffers:
@@ -96,12 +107,7 @@ class PyTorchV1Adapter:
             return _leave(node, "not around an OpOverload")
         if "_only_clone_these_tensors" in node.kwargs:
             return _leave(node, "already annotated by Inductor")
-        try:
-            return self.read(node)
-        except UnsupportedCallError:
-            raise
-        except (AutofuncError, TypeError, ValueError, KeyError) as e:
-            return _leave(node, str(e))
+        return _read_or_leave(self, node)
 
     def read(self, node: Any) -> Mutation:
         op = _plain_op(node)
@@ -139,12 +145,7 @@ class PyTorchV2Adapter:
             return _leave(node, "already annotated by Inductor")
         if torch._library.utils.is_out(op):
             return _leave(node, "an out= op (its node returns the op's outputs only)")
-        try:
-            return self.read(node)
-        except UnsupportedCallError:
-            raise
-        except (AutofuncError, TypeError, ValueError, KeyError) as e:
-            return _leave(node, str(e))
+        return _read_or_leave(self, node)
 
     def read(self, node: Any) -> Mutation:
         op = _plain_op(node)
@@ -154,24 +155,7 @@ class PyTorchV2Adapter:
         n = _outputs_before_buffers(node, len(bases))
         traced = TracedBases(node, tuple(node.meta["val"][n:]), n)
         name = qualname(op)
-        slots: list[Slot] = []
-        for arg in info.mutable_args:
-            if f"_{arg.name}_length" in kwargs:  # a list argument
-                length = kwargs.pop(f"_{arg.name}_length")
-                entries = [
-                    read_entry(kwargs, f"_{arg.name}_{i}", traced, arg.name, i, name)
-                    for i in range(length or 0)
-                ]
-                kwargs[arg.name] = None if length is None else [None] * length
-                slots += [s for s in entries if s is not None]
-            else:
-                kwargs[arg.name] = None
-                slot = read_entry(kwargs, f"_{arg.name}", traced, arg.name, None, name)
-                if slot is not None:
-                    slots.append(slot)
-        leftover = [k for k in kwargs if k.startswith("_")]
-        if leftover:
-            raise ValueError(f"unknown view entries {leftover}")
+        slots = read_slots(kwargs, list(info.mutable_names), traced, name)
         for a in op._schema.arguments:
             kwargs.setdefault(a.name, a.default_value)
         return Mutation(

@@ -41,8 +41,8 @@ from torch._ops import HigherOrderOperator
 from torch.utils import _pytree as pytree
 
 from ..errors import UnsupportedCallError
-from .adapter import DirectCall, Mutation, Slot, register_adapter, registered, unregister_adapter
-from .v2_entries import TracedBases, read_entry
+from .adapter import DirectCall, Mutation, register_adapter, registered, unregister_adapter
+from .v2_entries import TracedBases, read_slots
 
 __all__ = ["SubgraphAdapter", "enable", "enabled"]
 
@@ -84,26 +84,8 @@ class SubgraphAdapter:
         name = f"{hop.name()}:{identifier}" if isinstance(identifier, str) else hop.name()
         # Note [Region view entries count from the base as traced]
         originals = TracedBases(node, tuple(hop_val[n:]), n)
-        slots: list[Slot] = []
-        for arg in schema.arguments:
-            if arg.alias_info is None or not arg.alias_info.is_write:
-                continue
-            if f"_{arg.name}_length" in kwargs:  # a list argument
-                length = kwargs.pop(f"_{arg.name}_length")
-                entries = [
-                    read_entry(kwargs, f"_{arg.name}_{i}", originals, arg.name, i, name)
-                    for i in range(length or 0)
-                ]
-                kwargs[arg.name] = None if length is None else [None] * length
-                slots += [s for s in entries if s is not None]
-            else:
-                kwargs[arg.name] = None
-                slot = read_entry(kwargs, f"_{arg.name}", originals, arg.name, None, name)
-                if slot is not None:
-                    slots.append(slot)
-        leftover = [k for k in kwargs if k.startswith("_")]
-        if leftover:
-            raise ValueError(f"unknown view entries {leftover}")
+        written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
+        slots = read_slots(kwargs, written, originals, name)
         names = [a.name for a in schema.arguments]
         order = [a.name for a in schema.arguments if not a.kwarg_only]
 

@@ -27,7 +27,7 @@ from ..errors import UnsupportedCallError
 from ..symbolic import span_extent
 from .adapter import Slot
 
-__all__ = ["TracedBases", "read_entry"]
+__all__ = ["TracedBases", "read_entry", "read_slots"]
 
 
 def read_entry(
@@ -301,3 +301,28 @@ def _plain(v: Any) -> bool:
     if isinstance(v, tuple):
         return all(type(e) is int for e in v)
     return type(v) is int or isinstance(v, torch.dtype)
+
+
+def read_slots(kwargs: dict, written: list[str], bases: TracedBases, where: str) -> list[Slot]:
+    """The slots of the written arguments ``written`` (schema order), their view entries popped
+    from ``kwargs`` and each argument put there as ``None`` (a list as ``None`` placeholders,
+    the adapter contract); leftover ``_`` entries are a ``ValueError``."""
+    slots: list[Slot] = []
+    for name in written:
+        if f"_{name}_length" in kwargs:  # a list argument
+            length = kwargs.pop(f"_{name}_length")
+            entries = [
+                read_entry(kwargs, f"_{name}_{i}", bases, name, i, where)
+                for i in range(length or 0)
+            ]
+            kwargs[name] = None if length is None else [None] * length
+            slots += [s for s in entries if s is not None]
+        else:
+            kwargs[name] = None
+            slot = read_entry(kwargs, f"_{name}", bases, name, None, where)
+            if slot is not None:
+                slots.append(slot)
+    leftover = [k for k in kwargs if k.startswith("_")]
+    if leftover:
+        raise ValueError(f"unknown view entries {leftover}")
+    return slots
