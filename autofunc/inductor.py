@@ -46,6 +46,7 @@ from .hops import triton as _triton
 from .hops.adapter import accepted, adapter_kinds, mutation_targets
 from .passes.inductor_repairs import INDUCTOR
 from .passes.reinplace import reinplace
+from .passes.copies import account_copies
 from .passes.report import Report
 
 __all__ = [
@@ -147,6 +148,7 @@ class ReinplacePass(_Base):
         # not run again; this does (Note [Guarding on the registrations] in guards.py).
         guard_current_compile(registry.state_token)
         _hook_inductor_cache()  # Inductor is computing its cache key: hook its hits first
+        _hook_post_grad()  # before the post-grad passes: Note [Reports after Inductor's ...]
         own = hashlib.sha256(
             f"{_source_digest()};reinplace={inductor_config_enabled()};"
             f"adapters={adapter_kinds()}".encode()
@@ -171,8 +173,55 @@ def run_pass(gm: torch.fx.GraphModule, is_inference: bool | None, note: str = ""
     )
     if report.calls:
         report.note = note
-        _deliver(report)
         _keep_for_cache(gm, report)
+        pending = getattr(_post_grad, "pending", None)
+        if pending is None:  # not inside Inductor's post-grad passes: the graph is final
+            _deliver(report)
+        else:
+            pending.append((gm, report))
+
+
+# Note [Reports after Inductor's post-grad passes]
+# Inductor's own post-grad passes run after autofunc's: its re-inplacing turns each scatter
+# left in the graph into a ``copy_`` into a view (of a clone, or of the scatter's input), and
+# later passes may drop nodes. A report delivered as autofunc's pass ends would count copies
+# of a graph Inductor never lowers. So inside Inductor's post-grad passes (``_post_grad``,
+# a wrapper around ``compile_fx._recursive_post_grad_passes``, installed with the pass) a
+# report waits until the passes on its graph are done; its copies are then counted again on
+# the graph Inductor lowers (Note [Every copy in the report] in passes/copies.py), and it is
+# delivered. A report made anywhere else, or where this torch has no such function (private
+# API, checked on torch 2.13), is delivered at once, counted on the graph the pass left.
+_post_grad = threading.local()
+
+
+def _hook_post_grad() -> None:
+    """Wrap ``compile_fx._recursive_post_grad_passes`` (Note [Reports after Inductor's
+    post-grad passes]); again whenever something replaced the wrapper. Idempotent."""
+    compile_fx = sys.modules.get("torch._inductor.compile_fx")
+    original = getattr(compile_fx, "_recursive_post_grad_passes", None)
+    if original is None or getattr(original, "_autofunc", False):
+        return
+
+    @functools.wraps(original)
+    def _recursive_post_grad_passes(gm: Any, *args: Any, **kwargs: Any) -> Any:
+        outer = getattr(_post_grad, "pending", None)
+        _post_grad.pending = []
+        try:
+            return original(gm, *args, **kwargs)
+        finally:
+            pending, _post_grad.pending = _post_grad.pending, outer
+            for module, report in pending:
+                try:
+                    report.copies = account_copies(module.graph)
+                except Exception:  # never break a compile over a report
+                    log.debug("autofunc: could not count a graph's copies", exc_info=True)
+                if outer is not None:  # a subgraph: delivered with its parent graph
+                    outer.append((module, report))
+                else:
+                    _deliver(report)
+
+    _recursive_post_grad_passes._autofunc = True  # type: ignore[attr-defined]
+    compile_fx._recursive_post_grad_passes = _recursive_post_grad_passes
 
 
 def _deliver(report: Report) -> None:
@@ -276,7 +325,8 @@ def _publish(report: Any) -> None:
     ``autofunc`` (``TORCH_LOGS=autofunc`` prints the report, ``+autofunc`` each decision as it
     is made), the structured trace (``TORCH_TRACE=dir``; ``tlparse`` lists it as the artifact
     ``autofunc_reinplace_report``), and ``torch._dynamo.utils.counters["autofunc"]`` (calls,
-    buffers in place and cloned, bytes cloned and saved), beside Inductor's counters."""
+    buffers in place and cloned, bytes cloned and saved, copy nodes for mutations and their
+    bytes), beside Inductor's counters."""
     from torch._dynamo.utils import counters
     from torch._logging import trace_structured
 
@@ -292,6 +342,8 @@ def _publish(report: Any) -> None:
     c["cloned"] += report.num_clones
     c["bytes_cloned"] += report.bytes_cloned
     c["bytes_saved"] += report.bytes_saved
+    c["copies"] += len(report.mutation_copies)
+    c["bytes_copied"] += report.bytes_copied
 
 
 # Note [Reports on a cache hit]
@@ -504,6 +556,7 @@ def install_pass() -> None:
     _rewrap(lambda p: p if isinstance(p, ReinplacePass) else ReinplacePass(then=p))
     _install_backstops()
     _hook_inductor_cache()
+    _hook_post_grad()
 
 
 def uninstall_pass() -> None:

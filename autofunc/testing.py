@@ -18,10 +18,9 @@ import torch
 import torch.utils._pytree as pytree
 import torch.fx as fx
 
+from .passes.copies import COPY_TARGETS, copy_nbytes
 from .passes.reinplace import reinplace
-from .passes.alias import SCATTER_VIEWS
 from .passes.report import Report
-from .symbolic import nbytes_hint
 
 __all__ = [
     "COPY_TARGETS",
@@ -45,7 +44,9 @@ class CapturedGraphs:
     functional: list[str] = dataclasses.field(default_factory=list)
     reinplaced: list[str] = dataclasses.field(default_factory=list)
     modules: list[fx.GraphModule] = dataclasses.field(default_factory=list)
-    report: Report = dataclasses.field(default_factory=Report)
+    report: Report = dataclasses.field(default_factory=Report)  # of every graph, together
+    # each graph the pass ran on, with its own report, in order
+    reports: list[tuple[fx.GraphModule, Report]] = dataclasses.field(default_factory=list)
 
 
 def compile_capture(
@@ -79,7 +80,9 @@ def compile_capture(
                 before_pass(gm)
                 gm.recompile()
             if reinplace_pass:
-                captured.report.extend(reinplace(gm, is_inference=is_inference))
+                report = reinplace(gm, is_inference=is_inference)
+                captured.reports.append((gm, report))
+                captured.report.extend(report)
                 captured.reinplaced.append(format_graph(gm))
             captured.modules.append(gm)
             return make_boxed_func(gm)
@@ -107,27 +110,16 @@ def format_graph(gm: fx.GraphModule) -> str:
     return "\n".join(lines)
 
 
-# The ops that copy memory in a post-grad graph: a clone, a copy into a buffer, and the
-# write-back scatters functionalization emits (each materializes its whole output).
-COPY_TARGETS = frozenset(
-    {torch.ops.aten.clone.default, torch.ops.aten.copy.default, torch.ops.aten.copy_.default}
-    | set(SCATTER_VIEWS)
-)
-
-
 def copy_nodes(gm: fx.GraphModule) -> list[tuple[str, int]]:
-    """``(node name, bytes)`` of every copy node in ``gm`` (:data:`COPY_TARGETS`), counted from
-    the graph itself, independently of any report: a copy's bytes are those of the tensor it
-    writes (its output; for ``copy_`` its destination), by size hint where symbolic."""
-    out = []
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target not in COPY_TARGETS:
-            continue
-        val = node.meta.get("val")
-        if node.target is torch.ops.aten.copy_.default and isinstance(node.args[0], fx.Node):
-            val = node.args[0].meta.get("val", val)
-        out.append((node.name, nbytes_hint(val)))
-    return out
+    """``(node name, bytes)`` of every copy node in ``gm`` (:data:`COPY_TARGETS`: clones,
+    copies into a buffer, view scatters), counted from the graph itself, independently of any
+    report: a copy's bytes are those of the tensor it writes (its output; for ``copy_`` its
+    destination), by size hint where symbolic."""
+    return [
+        (n.name, copy_nbytes(n))
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target in COPY_TARGETS
+    ]
 
 
 @contextlib.contextmanager

@@ -59,6 +59,10 @@ def child(args: argparse.Namespace) -> dict:
         compilation["mode"] = "VLLM_COMPILE"
     measured: dict = {"copies": [], "reports": []}
     counting = args.child == "compiled" and not args.mp
+    if args.no_reinplace:  # every buffer cloned: a graph full of copies for the report to count
+        import autofunc.inductor
+
+        autofunc.inductor._state.reinplace = False
     if counting:
         from autofunc.testing import post_grad_copies
 
@@ -81,6 +85,10 @@ def child(args: argparse.Namespace) -> dict:
         measured["reports"] = [str(r) for r in last_reports()]
         measured["rows"] = [list(row) for r in last_reports() for row in r.rows()]
         measured["report_bytes_cloned"] = sum(r.bytes_cloned for r in last_reports())
+        # every copy node each report counts, for mutations or not (autofunc/passes/copies.py)
+        measured["report_copies"] = [
+            [[c.node, c.nbytes, c.kind.name] for c in r.copies] for r in last_reports()
+        ]
     return measured
 
 
@@ -97,6 +105,7 @@ def run_child(args: argparse.Namespace, which: str) -> dict:
     cmd = [sys.executable, __file__, "--child", which, "--model", args.model,
            "--autofunc", args.autofunc, "--compile-mode", args.compile_mode,
            "--tokens", str(args.tokens), "--max-tokens", str(args.max_tokens)]
+    cmd += ["--no-reinplace"] if args.no_reinplace and which == "compiled" else []
     cmd += ["--mp"] if args.mp else []
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -117,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=8, help="tokens to generate")
     parser.add_argument("--json", help="write the measurements here")
     parser.add_argument("--eager-json", help="the eager run's result: read if there, else written")
+    parser.add_argument("--no-reinplace", action="store_true",
+                        help="autofunc's pass clones every buffer (to see what it would copy)")
     parser.add_argument("--child", choices=["eager", "compiled"], help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -15,6 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from autofunc.passes.copies import Copy, CopyKind
 from autofunc.passes.report import CallReport, Decision, Reason, Report
 
 # One graph, two calls of a mutable op: one written in place, one cloned.
@@ -181,7 +182,10 @@ class _Loaded:
 
 def _report() -> Report:
     decision = Decision(("x",), "buf0", ("alias",), Reason.READ_LATER, 32, "by mul")
-    return Report(calls=[CallReport("autofunc_v2", "ns::op.default", "v2", [decision])])
+    copies = [Copy("clone", CopyKind.CLONE, "autofunc_v2", 32), Copy("clone_1", CopyKind.OTHER, "", 8)]
+    return Report(
+        calls=[CallReport("autofunc_v2", "ns::op.default", "v2", [decision])], copies=copies
+    )
 
 
 def test_a_hit_delivers_the_stored_report_as_a_compile_would() -> None:
@@ -201,6 +205,8 @@ def test_a_hit_delivers_the_stored_report_as_a_compile_would() -> None:
         "cloned": 1,
         "bytes_cloned": 32,
         "bytes_saved": 0,
+        "copies": 1,
+        "bytes_copied": 32,
     }
     counters["autofunc"].clear()
 

@@ -50,6 +50,11 @@ def _copies(result: dict) -> list:
     return [c for graph in result["compiled"]["copies"] for c in graph]
 
 
+def _report_copies(result: dict) -> list:
+    """The copy nodes (name, bytes) the reports count, for mutations or not."""
+    return [c[:2] for report in result["compiled"]["report_copies"] for c in report]
+
+
 def _rows(result: dict) -> list[list[str]]:
     """The report rows: call, op, strategy, argument, buffer, view, result, bytes, why."""
     return result["compiled"]["rows"]
@@ -64,7 +69,19 @@ def test_default_mode_decides_pytorch_nodes(eager_json, tmp_path):
     # every buffer is written in place, and no copy is left in the lowered graphs (the rotary's
     # write-back scatters fold: Note [A split's piece is a slice]); vLLM alone copies 8 here
     assert all(r[6] in ("in place", '"') for r in rows), rows
-    assert _copies(result) == []
+    assert _copies(result) == [] == _report_copies(result)
+
+
+def test_report_counts_every_copy(eager_json, tmp_path):
+    """With re-inplacing off every buffer keeps its clone, and v1's write-back scatters stay
+    (Inductor turns them into copies into views): the reports count exactly the copy nodes of
+    the graphs Inductor lowers (Note [Every copy in the report])."""
+    result = run(eager_json, tmp_path, "--no-reinplace")
+    copies = _copies(result)
+    assert len(copies) > 8  # at least vLLM's own 8, and a clone per mutable buffer
+    assert sorted(_report_copies(result)) == sorted(copies)
+    kinds = {c[2] for report in result["compiled"]["report_copies"] for c in report}
+    assert {"CLONE", "WRITE_BACK"} <= kinds
 
 
 def test_attention_op_registered(eager_json, tmp_path):
@@ -73,14 +90,14 @@ def test_attention_op_registered(eager_json, tmp_path):
     attention = [r for r in rows if r[1] == "vllm::unified_attention_with_output.default"]
     assert attention and all(r[2] == "v2" and r[6] == "in place" for r in attention)
     assert all(r[6] in ("in place", '"') for r in rows), rows  # no clone at all
-    assert _copies(result) == []
+    assert _copies(result) == [] == _report_copies(result)
 
 
 def test_vllm_compile_mode(eager_json, tmp_path):
     result = run(eager_json, tmp_path, "--compile-mode", "vllm")
     reports = result["compiled"]["reports"]
     assert reports and all("in vLLM's pass manager" in r for r in reports)
-    assert _copies(result) == []
+    assert _copies(result) == [] == _report_copies(result)
 
 
 def test_multiprocess_engine(eager_json, tmp_path):

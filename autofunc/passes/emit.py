@@ -23,6 +23,7 @@ from .. import views
 from ..errors import GraphError
 from ..symbolic import Arith, contiguous_or_false, copy_extent, is_symbolic, overlaps_itself
 from .alias import VIEW_OPS
+from .copies import tag_emitted
 
 log = logging.getLogger("autofunc.passes.emit")
 
@@ -83,6 +84,7 @@ def emit(
             with ctx.fake_mode:
                 val = target(*fake[0], **fake[1])
     node.meta["val"] = val
+    tag_emitted(ctx, node)  # Note [Every copy in the report] in copies.py
     return node
 
 

@@ -48,6 +48,8 @@ class _Pass:
     regenerated: frozenset[int] = frozenset()
     # the forward's saved tensors, where known (Note [Saved values of written inputs])
     saved: SavedTensors | None = None
+    # what the copies ``emit`` inserts now are made for (``copies.copying``)
+    copying_for: tuple | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,6 +41,7 @@ from ..hops.adapter import Mutation, accepted, mutation_targets, read_node, read
 from ..hops.common import Distinct, unpack_outputs
 from ..symbolic import is_symbolic, nbytes_hint
 from .alias import VIEW_OPS, AliasAnalysis
+from .copies import CopyKind, account_copies, copy_node_set, copying, tag_new_copies, tag_write_backs
 from .emit import (
     NO_VAL,
     emit,
@@ -164,10 +165,14 @@ def _reinplace(gm: fx.GraphModule, enable: bool, is_inference: bool | None, poli
     hops = _mutation_nodes(gm.graph)
     report = Report(graph=type(gm).__name__)
     if not hops:
+        report.copies = account_copies(gm.graph)  # all the program's own
         return report
     _check_vals(hops)
-    for repair in policy.before:  # step 4, before the facts
-        repair(gm.graph)
+    if policy.before:
+        before = copy_node_set(gm.graph)
+        for repair in policy.before:  # step 4, before the facts
+            repair(gm.graph)
+        tag_new_copies(gm.graph, before, CopyKind.REPAIR)  # Note [Every copy in the report]
     out = gm.graph.output_node()
     regenerated = _outputs_regenerated_from_inputs(out)
     ctx = _Pass(
@@ -186,13 +191,19 @@ def _reinplace(gm: fx.GraphModule, enable: bool, is_inference: bool | None, poli
         # Read again where rewriting an earlier call replaced the nodes this one takes.
         report.calls.append(_rewrite_call(ctx, node, read_node(node)))
     _remove_self_copies(gm.graph)
-    _copy_returned_inputs(ctx)
+    with copying(ctx, CopyKind.OUTPUT):
+        _copy_returned_inputs(ctx)
     _keep_saved_inputs(ctx)
-    for repair in policy.after:  # step 4, after the rewrite
-        repair(ctx)
+    if policy.after:
+        before = copy_node_set(gm.graph)
+        with copying(ctx, CopyKind.REPAIR):
+            for repair in policy.after:  # step 4, after the rewrite
+                repair(ctx)
+        tag_new_copies(gm.graph, before, CopyKind.REPAIR)
     if policy.lint:
         gm.graph.lint()
     gm.recompile()
+    report.copies = account_copies(gm.graph)  # Note [Every copy in the report] in copies.py
     return report
 
 
@@ -238,14 +249,17 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
     for key, i in m.also_keys:  # outputs that hold a buffer's new value too
         keys[i].append(key)
     inplace: list[_Buffer] = []
-    with graph.inserting_before(node):
+    # Note [Every copy in the report]: the copies that write this call's values back
+    tag_write_backs((outs[key] for ks in keys.values() for key in ks if key in outs), node.name)
+    with graph.inserting_before(node), copying(ctx, CopyKind.CLONE, node.name):
         for k, buf in enumerate(bufs):
             query = _Query(ctx, node, m, buf, bufs, tuple(inplace))
             reason, detail = _decide(query)
             if reason is Reason.INPLACE and query.realize is not None:
                 # Note [Reads moved back before the call], Note [Lazy reads computed before
                 # the call]
-                realize_before(ctx, node, query.realize)
+                with copying(ctx, CopyKind.REALIZED, node.name):
+                    realize_before(ctx, node, query.realize)
                 detail = _realized_detail(query.realize)
             decisions.append(
                 Decision(

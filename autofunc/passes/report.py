@@ -13,6 +13,8 @@ import enum
 import json
 from typing import Any
 
+from .copies import Copy, CopyKind
+
 __all__ = ["Reason", "Decision", "CallReport", "Report", "format_bytes"]
 
 
@@ -92,6 +94,9 @@ class Report:
     calls: list[CallReport] = dataclasses.field(default_factory=list)
     graph: str = ""
     note: str = ""  # about the graph as a whole (where the pass ran, when not where installed)
+    # every copy node of the final graph, with what it is for (Note [Every copy in the report]
+    # in copies.py); the kept clones of ``decisions`` are among them
+    copies: list[Copy] = dataclasses.field(default_factory=list)
 
     @property
     def decisions(self) -> list[Decision]:
@@ -109,8 +114,20 @@ class Report:
     def bytes_saved(self) -> int:
         return sum(d.nbytes for d in self.decisions if d)
 
+    @property
+    def mutation_copies(self) -> list[Copy]:
+        """The copies the final graph makes for the mutations of its calls: kept clones, write
+        backs, realized reads, outputs copied out of written inputs, repairs."""
+        return [c for c in self.copies if c.for_mutation]
+
+    @property
+    def bytes_copied(self) -> int:
+        """What :attr:`mutation_copies` write, in bytes: every copy the graph makes for a
+        mutation (``bytes_cloned`` counts only the clones the decisions keep)."""
+        return sum(c.nbytes for c in self.mutation_copies)
+
     # the version of the JSON form; from_json refuses any other
-    JSON_FORMAT = 1
+    JSON_FORMAT = 2
 
     def to_json(self) -> str:
         """The report as a JSON object (reasons by name): what ``from_json`` reads back."""
@@ -138,6 +155,10 @@ class Report:
                         ],
                     }
                     for c in self.calls
+                ],
+                "copies": [
+                    {"node": c.node, "kind": c.kind.name, "call": c.call, "nbytes": int(c.nbytes)}
+                    for c in self.copies
                 ],
             },
             sort_keys=True,
@@ -171,12 +192,17 @@ class Report:
                 )
                 for c in data["calls"]
             ]
-            return cls(calls=calls, graph=data["graph"], note=data["note"])
+            copies = [
+                Copy(c["node"], CopyKind[c["kind"]], c["call"], int(c["nbytes"]))
+                for c in data["copies"]
+            ]
+            return cls(calls=calls, graph=data["graph"], note=data["note"], copies=copies)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise ValueError(f"not an autofunc report in JSON: {e!r}") from None
 
     def extend(self, other: "Report") -> None:
         self.calls.extend(other.calls)
+        self.copies.extend(other.copies)
         if other.note and other.note not in self.note:
             self.note = f"{self.note}; {other.note}" if self.note else other.note
 
@@ -227,11 +253,31 @@ class Report:
             )
         out += [f"note on {c.node} ({c.op}): {c.note}" for c in self.calls if c.note]
         out += [f"note: {self.note}"] if self.note else []
+        out += self._copy_lines()
         out.append(
             f"{len(self.calls)} call(s), {self.num_clones} clone(s): "
-            f"{format_bytes(self.bytes_cloned)} cloned, {format_bytes(self.bytes_saved)} saved"
+            f"{format_bytes(self.bytes_cloned)} cloned, {format_bytes(self.bytes_saved)} saved; "
+            f"the graph copies {format_bytes(self.bytes_copied)} for mutations "
+            f"({len(self.mutation_copies)} copy node(s))"
         )
         return "\n".join(out)
+
+    def _copy_lines(self) -> list[str]:
+        """The copies for mutations that are no kept clone, one line each; the program's own
+        copies in one line."""
+        lines = [
+            f"copy {c.node}: {format_bytes(c.nbytes)}, {c.kind.value}"
+            + (f" ({c.call})" if c.call else "")
+            for c in self.mutation_copies
+            if c.kind is not CopyKind.CLONE
+        ]
+        own = [c for c in self.copies if not c.for_mutation]
+        if own:
+            lines.append(
+                f"{len(own)} copy node(s) of the program's own, {format_bytes(sum(c.nbytes for c in own))}"
+                " (eager makes them too; not counted below)"
+            )
+        return lines
 
 
 def format_bytes(n: int) -> str:

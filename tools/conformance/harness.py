@@ -33,6 +33,8 @@ from torch import fx
 import autofunc
 from autofunc.testing import compile_capture, same_result
 
+from ..report_copies import check_report_copies, program_copies
+
 __all__ = ["BACKENDS", "STRATEGIES", "Program", "builtin_hops", "run_cell"]
 
 STRATEGIES = ("autofunc_v1", "autofunc_v2", "builtin_v1", "builtin_v2")
@@ -190,13 +192,17 @@ def _compiled_autograd(program: Program, backend: Any) -> Callable:
 
 
 def _run_aot_eager(program: Program, strategy: str) -> list[str]:
+    own: list[set[str]] = []  # per graph, the program's own copies (tools/report_copies.py)
     fn, captured = compile_capture(
         program.fn,
         reinplace_pass=strategy.startswith("autofunc"),
         dynamic=program.dynamic,
+        before_pass=lambda gm: own.append(program_copies(gm)),
     )
     backend = _capture_backend(captured)
     _check_calls(program, fn, _compiled_autograd(program, backend))
+    if strategy.startswith("autofunc"):
+        check_report_copies(captured, own)  # the report counts every copy of each graph
     return [h for gm in captured.modules for h in builtin_hops(gm)]
 
 

@@ -1,0 +1,153 @@
+"""The report counts every copy the final graph makes (Note [Every copy in the report] in
+autofunc/passes/copies.py): its copies are the graph's copy nodes, counted from the graph alone
+(``autofunc.testing.copy_nodes``), and those it counts for mutations are exactly the ones that
+are not the program's own (``tools.report_copies``)."""
+
+import collections
+
+import expecttest
+import pytest
+import torch
+import torch._inductor.config as inductor_config
+
+from autofunc.hops.adapter import mutation_targets
+from autofunc.inductor import collect_reports
+from autofunc.passes.copies import CopyKind
+from autofunc.passes.report import Report
+from autofunc.testing import compile_capture, post_grad_copies, run_against_eager
+from tools import corpus
+from tools.report_copies import check_report_copies, program_copies
+
+
+def capture(fn, inputs):
+    own: list = []
+    compiled, captured = compile_capture(fn, before_pass=lambda gm: own.append(program_copies(gm)))
+    check = run_against_eager(fn, compiled, inputs)
+    assert check.correct, check.mismatch
+    check_report_copies(captured, own)
+    return captured
+
+
+def kinds(report: Report) -> dict:
+    return dict(collections.Counter(c.kind.name for c in report.copies))
+
+
+@pytest.mark.parametrize("name", sorted(corpus.PROGRAMS))
+def test_corpus(strategy, name):
+    """The whole corpus, with the pass alone (the conformance harness checks its programs the
+    same way on aot_eager)."""
+    p = corpus.PROGRAMS[name]
+    capture(p.fn, p.inputs())
+
+
+def test_kept_clone_and_its_write_backs(strategy):
+    """v1 writes k1[0] and k1[1] of one input through a kept clone of the first; the write-back
+    scatters put the clone into the input and are counted with it."""
+    captured = capture(corpus.shared_storage_layers, corpus.PROGRAMS["shared_storage_layers"].inputs())
+    report = captured.report
+    if strategy == "v1":
+        assert kinds(report) == {"CLONE": 1, "WRITE_BACK": 2}
+        assert report.bytes_cloned == 64 * 1024
+        # the clone of one row, then the two scatters of that row and of the layer into k1
+        assert report.bytes_copied == 64 * 1024 + 2 * 128 * 1024
+        # the clone's call scatters it back; the next call, written in place into that
+        # scatter's result, scatters its own value into the input after it
+        (cloned,) = [c.node for c in report.calls if not all(c.decisions)]
+        by_call = collections.Counter((c.call, c.kind.name) for c in report.mutation_copies)
+        assert by_call[cloned, "CLONE"] == 1 and by_call[cloned, "WRITE_BACK"] == 1
+        assert sum(by_call.values()) == 3
+    else:
+        assert report.bytes_copied == report.bytes_cloned == 0
+
+
+def _sum_after_the_call(gm):
+    """Move the graph's first ``sum`` (a read of the input's old value) after the call, as a
+    post-grad reorder might: the call must then keep its clone."""
+    (hop,) = [n for n in gm.graph.nodes if n.target in mutation_targets()]
+    hop.append(next(n for n in gm.graph.nodes if n.target is torch.ops.aten.sum.default))
+
+
+def test_clone_of_an_input_and_its_copy_back(strategy):
+    """A graph input whose old value is read after the call keeps its clone, and the graph
+    copies the clone back into the input at the end: both are copies for the call."""
+
+    def fn(x, y):
+        old = x.sum()
+        corpus.add_(x, y)
+        return old, x[0].clone()
+
+    own: list = []
+
+    def before(gm):
+        own.append(program_copies(gm))
+        _sum_after_the_call(gm)
+
+    compiled, captured = compile_capture(fn, before_pass=before)
+    check = run_against_eager(fn, compiled, (torch.randn(8, 16), torch.randn(16)))
+    assert check.correct, check.mismatch
+    check_report_copies(captured, own)
+    report = captured.report
+    assert [d.reason.name for d in report.decisions] == ["READ_LATER"]
+    assert kinds(report) == {"CLONE": 1, "WRITE_BACK": 1, "OTHER": 1}
+    assert report.bytes_cloned == 8 * 16 * 4
+    assert report.bytes_copied == 2 * 8 * 16 * 4  # the clone and the copy back
+    own_copies = [c for c in report.copies if not c.for_mutation]
+    assert [c.nbytes for c in own_copies] == [16 * 4]  # the program's x[0].clone()
+
+
+class TestText(expecttest.TestCase):
+    def test_report_lines(self):
+        regs = corpus.register_all("v1")
+        try:
+            captured = capture(
+                corpus.shared_storage_layers, corpus.PROGRAMS["shared_storage_layers"].inputs()
+            )
+        finally:
+            for r in regs:
+                r.remove()
+        lines = str(captured.report).splitlines()
+        self.assertExpectedInline(
+            "\n".join(lines[-3:]),
+            """\
+copy select_scatter_1: 128.0 KiB, puts the call's written value back into the memory it came from (autofunc_v1_1)
+copy copy__1: 128.0 KiB, puts the call's written value back into the memory it came from (autofunc_v1_2)
+3 call(s), 1 clone(s): 64.0 KiB cloned, 128.0 KiB saved; the graph copies 320.0 KiB for mutations (3 copy node(s))""",
+        )
+
+
+def test_json_keeps_the_copies(strategy):
+    captured = capture(corpus.shared_storage_layers, corpus.PROGRAMS["shared_storage_layers"].inputs())
+    back = Report.from_json(captured.report.to_json())
+    assert back.copies == captured.report.copies
+    assert back.bytes_copied == captured.report.bytes_copied
+
+
+# -- under Inductor: counted again after Inductor's own post-grad passes ------------------------
+
+INDUCTOR_PROGRAMS = {
+    # v1's write-back scatters, which Inductor's re-inplacing turns into copy_ into a view
+    "shared_storage_layers": {"v1": {"CLONE": 1, "WRITE_BACK": 1}, "v2": {}},
+    # a read computed before the call into a buffer of its own (Note [Lazy reads computed
+    # before the call])
+    "read_after": {"v1": {"REALIZED": 1}, "v2": {"REALIZED": 1}},
+    # a program's own scatter, which Inductor turns into a copy_: not a copy for a mutation
+    "kv_then_native_inplace": {"v1": {"OTHER": 1}, "v2": {"OTHER": 1}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDUCTOR_PROGRAMS))
+def test_under_inductor(strategy, name):
+    p = corpus.PROGRAMS[name]
+    with (
+        inductor_config.patch(force_disable_caches=True),
+        post_grad_copies() as graphs,
+        collect_reports() as reports,
+    ):
+        compiled = torch.compile(p.fn, backend="inductor", fullgraph=True)
+        check = run_against_eager(p.fn, compiled, p.inputs())
+    assert check.correct, check.mismatch
+    assert len(reports) == len(graphs) == 1
+    report = reports[0]
+    assert sorted((c.node, c.nbytes) for c in report.copies) == sorted(graphs[0])
+    assert kinds(report) == INDUCTOR_PROGRAMS[name][strategy]
+    assert report.bytes_copied == sum(c.nbytes for c in report.copies if c.kind is not CopyKind.OTHER)
