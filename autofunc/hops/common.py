@@ -25,7 +25,7 @@ from torch.fx.experimental.proxy_tensor import (
 from ..compiler_imports import import_compiler
 from ..regions import overlaps, region_of_storage, tensors_may_overlap
 from ..schema import OpInfo
-from ..symbolic import contiguous_or_false, copy_extent
+from ..symbolic import contiguous_or_false, copy_extent, known
 
 __all__ = [
     "AutofuncHOP",
@@ -34,6 +34,7 @@ __all__ = [
     "geometry_known",
     "get_base",
     "may_overlap",
+    "same_memory",
     "same_storage",
     "normalize_args",
     "call_result",
@@ -151,6 +152,32 @@ def may_overlap(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> bool:
         return True
     ia, ib = ctx.unwrap_tensors((a, b))
     return overlaps(region_of_storage(ia), region_of_storage(ib))
+
+
+def same_memory(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors of one functional call are exactly one memory: one storage, and
+    equal storage offset, sizes, strides and dtype, each provably so without a guard. ``False``
+    when that cannot be told (geometry unknown under ``ctx``, symbolic values that may differ):
+    the caller then treats them as two tensors, which is sound (Note [Read arguments eager
+    aliases] in hops/v2.py). Geometry is read off the current values, as in :func:`may_overlap`.
+    """
+    if a is b:
+        return True
+    if a.dtype != b.dtype or not geometry_known(ctx):
+        return False
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    try:
+        if StorageWeakRef(a.untyped_storage()) != StorageWeakRef(b.untyped_storage()):
+            return False
+    except (RuntimeError, NotImplementedError):
+        return False
+    ia, ib = ctx.unwrap_tensors((a, b))
+    if ia.dim() != ib.dim():
+        return False
+    pairs = [(ia.storage_offset(), ib.storage_offset())]
+    pairs += [*zip(ia.shape, ib.shape), *zip(ia.stride(), ib.stride())]
+    return all(known(x == y) for x, y in pairs)
 
 
 def op_outputs(info: OpInfo, out: Any) -> tuple:
