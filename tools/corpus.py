@@ -684,7 +684,9 @@ def _rope_inputs():
     _rope_inputs,
     "SGLang's in-place rope: apply_rope_with_cos_sin_cache_inplace on qkv.split pieces, the op "
     "given query.view(-1, H, D) twice (read and written: two objects over one memory)",
-    necessary_bytes=2048,  # qkv, returned (4 tokens x 128 x 4 B); the rope writes it in place
+    # qkv, returned (4 tokens x 128 x 4 B), and the reference op's own temporaries (6400 B a
+    # call), as eager; a copy of qkv for the op to write would be 2 KiB more
+    necessary_bytes=2048 + 6400,
 )
 def sglang_rope_inplace(x, w, cos_sin_cache, positions):
     qkv = x @ w
@@ -705,8 +707,9 @@ def _rope_kv_inputs(layers: int = 2):
     _rope_kv_inputs,
     "SGLang's in-place rope with FusedSetKVBufferArg, per layer: the op also writes "
     "pool[l, 0] / pool[l, 1] of one KV pool input at the tokens' cache rows",
-    # each layer's qkv (2 KiB) and the next layer's input (512 B), as eager; the pool is 32 KiB
-    necessary_bytes=2 * 2048 + 2 * 512,
+    # per layer: qkv (2 KiB), the reference op's temporaries (6400 B) and the next layer's
+    # input (512 B); eager takes one more temporary for h. The pool is 32 KiB.
+    necessary_bytes=2 * (2048 + 6400 + 512),
 )
 def sglang_rope_set_kv(x, w, cos_sin_cache, positions, pool, cache_loc):
     h = x
