@@ -157,9 +157,27 @@ def may_overlap(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> bool:
 def same_memory(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two tensors of one functional call are exactly one memory: one storage, and
     equal storage offset, sizes, strides and dtype, each provably so without a guard. ``False``
-    when that cannot be told (geometry unknown under ``ctx``, symbolic values that may differ):
-    the caller then treats them as two tensors, which is sound (Note [Read arguments eager
-    aliases] in hops/v2.py). Geometry is read off the current values, as in :func:`may_overlap`.
+    when that cannot be told (geometry unknown under ``ctx``, symbolic values that may differ).
+    Geometry is read off the current values, as in :func:`may_overlap`.
+
+    Note [A read argument over exactly the written memory]
+    A read-only argument the op receives as the memory of a mutable argument (Note [Read
+    arguments eager aliases] in hops/v2.py) is one that eager passed as that very object, or
+    as a tensor for which this function holds. Reasons for each condition:
+
+    * *Exactly the memory*: equal storage, offset, sizes, strides and dtype mean equal
+      elements, so the regenerated mutable tensor is the read argument, element for element,
+      whatever the view chains that made either. A read that merely overlaps a written
+      argument, or covers its memory with other strides, another shape or another dtype, stays
+      a read of its own (of the old value, copied where it overlaps, rule R7): handing it the
+      written tensor would change what it reads.
+    * *Decided at trace time*, on eager's views (storage and geometry of the fake values): the
+      pass never merges a read with a write, so ``op(dst=x, src=x.clone())`` after Inductor
+      drops the clone stays a read of its own copy (the PR #198260 trap).
+    * *Provably, without a guard*: symbolic geometry that is equal only for some sizes is not
+      equal (autofunc never specializes a graph); the call then keeps today's copy. Under
+      ``torch.func.functionalize`` views report no real geometry (``geometry_known``): only
+      identity counts there.
     """
     if a is b:
         return True

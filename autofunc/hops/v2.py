@@ -309,21 +309,10 @@ def eager_aliases(info: OpInfo, arguments: dict, ctx: Any = None) -> list[ReadAl
     argument whose memory it is, and the HOP hands the op the regenerated mutable tensor for
     both (a fresh ``alias`` of it where eager passed two objects: Note [Arguments keep their
     identity] in common.py), whether the pass then writes the base in place or keeps a clone for
-    another reason: the read sees the written memory either way, as in eager.
-
-    Reasons for the conditions:
-
-    * *Exactly the memory* (same storage, offset, sizes, strides, dtype; equal geometry means
-      equal elements): the regenerated mutable tensor then is the read argument, element for
-      element. A read that merely overlaps a written argument, or covers its memory with other
-      strides or another dtype, stays a read of its own (of the old value; the pass keeps the
-      copy where they overlap): handing it another tensor would change what it reads.
-    * *Decided at trace time*: the functionalization sees eager's views (their storage and
-      geometry, from the fake values); the pass never merges reads with writes, so ``op(dst=x,
-      src=x.clone())`` after Inductor drops the clone stays a read of its own copy (the PR
-      #198260 trap). Where geometry is unknown (``torch.func.functionalize``) or undecidable
-      without a guard, only identity counts.
-    * *A single-tensor mutable argument*: the wire names it; a list element stays a read.
+    another reason: the read sees the written memory either way, as in eager. Which reads
+    qualify: Note [A read argument over exactly the written memory] in common.py. Only a
+    single-tensor mutable argument is named (the wire names it); a read of a list element's
+    memory stays a read of its own.
     """
     singles = {
         a.name: arguments[a.name]
