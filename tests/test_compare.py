@@ -30,6 +30,10 @@ PROGRAMS = {
     "copy_then_call": 0,
     "shared_storage_layers": 0,
     # rope(q, k, q, k): the op reads and writes qkv in place, as in eager (was a copy of qkv)
+    # SGLang's rope given query.view(-1, H, D) twice (read and written): one memory, as in
+    # eager (was a copy of qkv per call); with FusedSetKVBufferArg the pool too, per layer
+    "sglang_rope_inplace": 0,
+    "sglang_rope_set_kv": 0,
     "rope_in_place": 0,  # per-layer caches over one storage (the built-in clones none)  # the copy into dst moves before the call (the built-in copies src)
 }
 

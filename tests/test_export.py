@@ -29,6 +29,7 @@ EXPORT_PROGRAMS = [
     "returns_its_argument",
     "returns_its_out",
     "rope_in_place",  # the HOP's _aliases keyword (Note [Read arguments eager aliases])
+    "sglang_rope_inplace",  # _aliases naming other objects over the written memory ("q~q_rope")
 ]
 EXPORT_PROGRAMS = [p for p in EXPORT_PROGRAMS if p in corpus.PROGRAMS]  # torch-dependent
 # torch.export's own pytree code warns about LeafSpec; not ours.
@@ -74,7 +75,7 @@ def test_exported_graph_uses_autofunc_hops(name, strategy):
     # autofunc's HOP only: neither auto_functionalized nor auto_functionalized_v2. (v1 hands
     # calls on unfold views to v2: Note [Writing back unfold views]; and calls that pass one
     # tensor as a read and a mutable argument: Note [Read arguments eager aliases].)
-    to_v2 = ("unfold_gaps", "rope_in_place")
+    to_v2 = ("unfold_gaps", "rope_in_place", "sglang_rope_inplace")
     expected = {"autofunc_v2"} if name in to_v2 else {f"autofunc_{strategy}"}
     assert hops and set(hops) == expected
     _assert_runs_like_eager(ep.module(), name)
@@ -174,7 +175,8 @@ for path in sys.argv[1:]:
     torch.save({"out": out, "inputs": case["inputs"]}, path + ".result")
 """
 SAVED_PROGRAMS = [
-    "input_row", "list_arg", "two_overlapping", "returns_and_mutates", "rope_in_place"
+    "input_row", "list_arg", "two_overlapping", "returns_and_mutates", "rope_in_place",
+    "sglang_rope_inplace",
 ]
 
 

@@ -104,6 +104,47 @@ def rope(
         dst[..., half:] = b * cos + a
 
 
+@torch.library.custom_op(
+    f"{_NS}::apply_rope_pos_ids_cos_sin_cache",
+    mutates_args={"q_rope", "k_rope", "k_buffer", "v_buffer"},
+)
+def apply_rope_pos_ids_cos_sin_cache(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_rope: torch.Tensor,
+    k_rope: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    pos_ids: torch.Tensor,
+    interleave: bool,
+    v: torch.Tensor | None,
+    k_buffer: torch.Tensor | None,
+    v_buffer: torch.Tensor | None,
+    kv_cache_loc: torch.Tensor | None,
+) -> None:
+    """SGLang's rope kernel (sgl_kernel / FlashInfer), as a CPU reference with its signature.
+
+    ``q``/``k`` ``[tokens, heads, head_dim]`` are read; ``q_rope``/``k_rope`` (the same memory
+    in the in-place form) receive them rotated by the ``cos_sin_cache`` row (``[cos | sin]``,
+    float32) of each token's position. With ``k_buffer`` given, the rotated keys and ``v`` are
+    also stored at rows ``kv_cache_loc`` of ``k_buffer``/``v_buffer`` (the fused KV-cache write
+    of ``FusedSetKVBufferArg``). Each token's row is read before it is written, as the kernel
+    does, so the in-place form is right."""
+    half = q.shape[-1] // 2
+    cos, sin = cos_sin_cache[pos_ids].unsqueeze(1).split([half, half], dim=-1)
+    rotated = []
+    for src in (q, k):
+        x = src.float()
+        a, b = (x[..., 0::2], x[..., 1::2]) if interleave else (x[..., :half], x[..., half:])
+        ra, rb = a * cos - b * sin, b * cos + a * sin
+        out = torch.stack([ra, rb], -1).flatten(-2) if interleave else torch.cat([ra, rb], -1)
+        rotated.append(out.to(src.dtype))
+    q_rope.copy_(rotated[0])
+    k_rope.copy_(rotated[1])
+    if k_buffer is not None and v_buffer is not None and v is not None:
+        k_buffer[kv_cache_loc] = rotated[1].to(k_buffer.dtype)
+        v_buffer[kv_cache_loc] = v.to(v_buffer.dtype)
+
+
 @torch.library.custom_op(f"{_NS}::rms_norm_out", mutates_args={"out"})
 def rms_norm_out(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
     """out = rms_norm(x) * w: an out-buffer op (vLLM's ``rms_norm_static_fp8_quant`` form)"""
@@ -184,6 +225,7 @@ OPS = (
     write_rows_fp8,
     update_stats,
     rope,
+    apply_rope_pos_ids_cos_sin_cache,
     rms_norm_out,
     add_rms_norm_out,
 )
@@ -578,6 +620,106 @@ def rope_in_place(x, w, cos):
     q, k, v = qkv.split([256, 256, 256], dim=-1)
     rope(q, k, q, k, cos)
     return (q * k).sum(-1) + v.sum(-1)
+
+
+# -- SGLang's rope call sites (issue 31, item 1) --------------------------------------------------
+
+
+@dataclasses.dataclass
+class FusedSetKVBufferArg:
+    """SGLang's argument for the rope kernel's fused KV-cache write: the values, this layer's
+    K and V buffers, and the cache rows of the tokens."""
+
+    value: torch.Tensor
+    k_buffer: torch.Tensor
+    v_buffer: torch.Tensor
+    cache_loc: torch.Tensor
+
+
+def apply_rope_with_cos_sin_cache_inplace(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool = True,
+    fused_set_kv_buffer_arg: FusedSetKVBufferArg | None = None,
+) -> None:
+    """SGLang's public wrapper (``sgl_kernel``): rotates ``query``/``key`` (``[tokens, heads *
+    head_size]``) in place. Each tensor is handed to the op as a ``[tokens, heads, head_size]``
+    view made twice, once as the read argument and once as the written one: two objects over
+    one memory."""
+
+    def as_3d(x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[0], -1, head_size)
+
+    a = fused_set_kv_buffer_arg
+    apply_rope_pos_ids_cos_sin_cache(
+        as_3d(query),
+        as_3d(key),
+        as_3d(query),
+        as_3d(key),
+        cos_sin_cache,
+        positions.long(),
+        not is_neox,
+        None if a is None else as_3d(a.value),
+        None if a is None else as_3d(a.k_buffer),
+        None if a is None else as_3d(a.v_buffer),
+        None if a is None else a.cache_loc.long(),
+    )
+
+
+_HEAD = 16  # head_size; 4 query heads and 2 KV heads: a qkv row is 64 + 32 + 32 wide
+
+
+def _rope_inputs():
+    positions = torch.tensor([0, 3, 5, 7])  # 4 tokens
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, _HEAD, 2).float() / _HEAD))
+    freqs = torch.arange(16).float()[:, None] * inv_freq  # 16 positions
+    cos_sin_cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1)
+    return torch.randn(4, 32), torch.randn(32, 128) * 0.2, cos_sin_cache, positions
+
+
+@program(
+    _rope_inputs,
+    "SGLang's in-place rope: apply_rope_with_cos_sin_cache_inplace on qkv.split pieces, the op "
+    "given query.view(-1, H, D) twice (read and written: two objects over one memory)",
+    # qkv, returned (4 tokens x 128 x 4 B), and the reference op's own temporaries (6400 B a
+    # call), as eager; a copy of qkv for the op to write would be 2 KiB more
+    necessary_bytes=2048 + 6400,
+)
+def sglang_rope_inplace(x, w, cos_sin_cache, positions):
+    qkv = x @ w
+    q, k, _ = qkv.split([64, 32, 32], dim=-1)
+    apply_rope_with_cos_sin_cache_inplace(positions, q, k, _HEAD, cos_sin_cache)
+    return qkv
+
+
+def _rope_kv_inputs(layers: int = 2):
+    x, _, cos_sin_cache, positions = _rope_inputs()
+    w = torch.randn(layers, 32, 128) * 0.2
+    pool = torch.zeros(layers, 2, 64, 32)  # [layer, K/V, slot, kv heads x head_size]: 32 KiB
+    cache_loc = torch.tensor([9, 10, 11, 40])
+    return x, w, cos_sin_cache, positions, pool, cache_loc
+
+
+@program(
+    _rope_kv_inputs,
+    "SGLang's in-place rope with FusedSetKVBufferArg, per layer: the op also writes "
+    "pool[l, 0] / pool[l, 1] of one KV pool input at the tokens' cache rows",
+    # per layer: qkv (2 KiB), the reference op's temporaries (6400 B) and the next layer's
+    # input (512 B); eager takes one more temporary for h. The pool is 32 KiB.
+    necessary_bytes=2 * (2048 + 6400 + 512),
+)
+def sglang_rope_set_kv(x, w, cos_sin_cache, positions, pool, cache_loc):
+    h = x
+    for layer in range(pool.shape[0]):
+        qkv = h @ w[layer]
+        q, k, v = qkv.split([64, 32, 32], dim=-1)
+        kv = FusedSetKVBufferArg(v, pool[layer, 0], pool[layer, 1], cache_loc)
+        apply_rope_with_cos_sin_cache_inplace(positions, q, k, _HEAD, cos_sin_cache, True, kv)
+        h = h + q[:, :32] * k
+    return h
 
 
 # -- dtype views (Note [Dtype views]): an fp8 KV cache kept as uint8 storage, as in vLLM ---------

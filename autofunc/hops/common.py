@@ -25,7 +25,7 @@ from torch.fx.experimental.proxy_tensor import (
 from ..compiler_imports import import_compiler
 from ..regions import overlaps, region_of_storage, tensors_may_overlap
 from ..schema import OpInfo
-from ..symbolic import contiguous_or_false, copy_extent
+from ..symbolic import contiguous_or_false, copy_extent, known
 
 __all__ = [
     "AutofuncHOP",
@@ -34,6 +34,7 @@ __all__ = [
     "geometry_known",
     "get_base",
     "may_overlap",
+    "same_memory",
     "same_storage",
     "normalize_args",
     "call_result",
@@ -151,6 +152,50 @@ def may_overlap(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> bool:
         return True
     ia, ib = ctx.unwrap_tensors((a, b))
     return overlaps(region_of_storage(ia), region_of_storage(ib))
+
+
+def same_memory(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors of one functional call are exactly one memory: one storage, and
+    equal storage offset, sizes, strides and dtype, each provably so without a guard. ``False``
+    when that cannot be told (geometry unknown under ``ctx``, symbolic values that may differ).
+    Geometry is read off the current values, as in :func:`may_overlap`.
+
+    Note [A read argument over exactly the written memory]
+    A read-only argument the op receives as the memory of a mutable argument (Note [Read
+    arguments eager aliases] in hops/v2.py) is one that eager passed as that very object, or
+    as a tensor for which this function holds. Reasons for each condition:
+
+    * *Exactly the memory*: equal storage, offset, sizes, strides and dtype mean equal
+      elements, so the regenerated mutable tensor is the read argument, element for element,
+      whatever the view chains that made either. A read that merely overlaps a written
+      argument, or covers its memory with other strides, another shape or another dtype, stays
+      a read of its own (of the old value, copied where it overlaps, rule R7): handing it the
+      written tensor would change what it reads.
+    * *Decided at trace time*, on eager's views (storage and geometry of the fake values): the
+      pass never merges a read with a write, so ``op(dst=x, src=x.clone())`` after Inductor
+      drops the clone stays a read of its own copy (the PR #198260 trap).
+    * *Provably, without a guard*: symbolic geometry that is equal only for some sizes is not
+      equal (autofunc never specializes a graph); the call then keeps today's copy. Under
+      ``torch.func.functionalize`` views report no real geometry (``geometry_known``): only
+      identity counts there.
+    """
+    if a is b:
+        return True
+    if a.dtype != b.dtype or not geometry_known(ctx):
+        return False
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    try:
+        if StorageWeakRef(a.untyped_storage()) != StorageWeakRef(b.untyped_storage()):
+            return False
+    except (RuntimeError, NotImplementedError):
+        return False
+    ia, ib = ctx.unwrap_tensors((a, b))
+    if ia.dim() != ib.dim():
+        return False
+    pairs = [(ia.storage_offset(), ib.storage_offset())]
+    pairs += [*zip(ia.shape, ib.shape), *zip(ia.stride(), ib.stride())]
+    return all(known(x == y) for x, y in pairs)
 
 
 def op_outputs(info: OpInfo, out: Any) -> tuple:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -26,6 +26,7 @@ from .common import (
     geometry_known,
     get_base,
     normalize_args,
+    same_memory,
     same_storage,
     op_outputs,
     register_rules,
@@ -41,6 +42,7 @@ __all__ = [
     "ViewsEntry",
     "encode_views",
     "decode_views",
+    "ReadAlias",
     "eager_aliases",
     "encode_aliases",
     "decode_aliases",
@@ -169,8 +171,9 @@ def _v2_dense(_op: str, _bases: list, _views: tuple, _aliases: tuple = (), **kwa
             ]
         else:
             new_kwargs[name] = None if view is None else distinct(regenerate(view, new_bases))
-    for read, mutable in decode_aliases(_aliases):  # Note [Read arguments eager aliases]
-        new_kwargs[read] = new_kwargs[mutable]
+    for alias in decode_aliases(_aliases):  # Note [Read arguments eager aliases]
+        same = new_kwargs[alias.mutable]
+        new_kwargs[alias.read] = same if alias.same_object else torch.ops.aten.alias.default(same)
     out = info.op(**new_kwargs)
     return (*op_outputs(info, out), *new_bases)
 
@@ -259,9 +262,9 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
             entries.append([None if t is None else bases.view_of(t) for t in value])
         else:
             entries.append(bases.view_of(value))
-    aliases = eager_aliases(info, arguments)
-    for read, _ in aliases:
-        del kw[read]
+    aliases = eager_aliases(info, arguments, ctx)
+    for alias in aliases:
+        del kw[alias.read]
     unwrapped = ctx.unwrap_tensors(kw)
     extra = {"_aliases": encode_aliases(aliases)} if aliases else {}
     with ctx.redispatch_to_next():
@@ -278,20 +281,38 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     return call_result(ctx, info, outs, arguments)
 
 
-def eager_aliases(info: OpInfo, arguments: dict) -> list[tuple[str, str]]:
-    """``(read, mutable)`` for each read-only tensor argument that is, in this call (its
-    arguments by name), the very object passed as a (single-tensor) mutable argument.
+class ReadAlias(NamedTuple):
+    """A read-only argument the op receives as the memory of mutable argument ``mutable``:
+    the very object eager passed as both (``same_object``), or another object over exactly
+    that memory (Note [Read arguments eager aliases])."""
+
+    read: str
+    mutable: str
+    same_object: bool = True
+
+
+def eager_aliases(info: OpInfo, arguments: dict, ctx: Any = None) -> list[ReadAlias]:
+    """The read-only tensor arguments of a call (its arguments by name) that are, in eager,
+    exactly the memory of a (single-tensor) mutable argument: the very object passed as that
+    argument, or, under a functionalization ``ctx`` that knows geometry, a tensor of the same
+    storage, storage offset, sizes, strides and dtype (``common.same_memory``).
 
     Note [Read arguments eager aliases]
-    An in-place kernel may take one tensor as both its input and its output
-    (``rope(q, k, q_rope=q, k_rope=k)``, the SGLang/FlashInfer in-place form): it reads and
-    writes one memory, which is its contract. Functionalized plainly, the op would read the old
-    ``q`` and write a copy, a call eager never made, and the re-inplace pass would have to keep
-    that copy (the read overlaps the write). So the read argument is not passed to the HOP at
-    all: ``_aliases`` names it and the mutable argument it is, and the HOP hands the op the
-    regenerated mutable tensor for both, whether it writes the base in place or a clone: the
-    aliasing eager had. Only identity counts (``is``): a read of a *copy* (``op(dst=x,
-    src=x.clone())``) stays a read of its own, which is what keeps the PR #198260 trap safe.
+    An in-place kernel may take one memory as both its input and its output: SGLang's rope
+    passes ``q`` and ``q_rope=q`` (``rope(q, k, q, k)``, one object) or, in its public wrapper,
+    ``query.view(-1, H, D)`` twice (two objects over one memory). In eager it reads and writes
+    that memory, which is its contract: what it reads may be what it has already written.
+    Functionalized plainly, the op would read the old ``q`` and write a copy, a call eager never
+    made: another result for an op that reads what it wrote (``copy_into``), and a copy the
+    re-inplace pass must keep (the read overlaps the write: rule R7, ``READ_BY_CALL``). So the
+    read argument is not passed to the HOP at all: ``_aliases`` names it and the mutable
+    argument whose memory it is, and the HOP hands the op the regenerated mutable tensor for
+    both (a fresh ``alias`` of it where eager passed two objects: Note [Arguments keep their
+    identity] in common.py), whether the pass then writes the base in place or keeps a clone for
+    another reason: the read sees the written memory either way, as in eager. Which reads
+    qualify: Note [A read argument over exactly the written memory] in common.py. Only a
+    single-tensor mutable argument is named (the wire names it); a read of a list element's
+    memory stays a read of its own.
     """
     singles = {
         a.name: arguments[a.name]
@@ -305,23 +326,35 @@ def eager_aliases(info: OpInfo, arguments: dict) -> list[tuple[str, str]]:
             continue
         same = next((m for m, t in singles.items() if t is value), None)
         if same is not None:
-            out.append((name, same))
+            out.append(ReadAlias(name, same))
+            continue
+        if ctx is None:
+            continue
+        same = next((m for m, t in singles.items() if same_memory(ctx, t, value)), None)
+        if same is not None:
+            out.append(ReadAlias(name, same, same_object=False))
     return out
 
 
-def encode_aliases(aliases: Sequence[tuple[str, str]]) -> tuple[str, ...]:
-    """The ``_aliases`` keyword: ``"read=mutable"`` per read argument eager aliased."""
-    return tuple(f"{read}={mutable}" for read, mutable in aliases)
+def encode_aliases(aliases: Sequence[ReadAlias | tuple[str, str]]) -> tuple[str, ...]:
+    """The ``_aliases`` keyword: per read argument, ``"read=mutable"`` where eager passed one
+    object as both, ``"read~mutable"`` where it passed another object over the same memory."""
+    out = []
+    for alias in (ReadAlias(*a) for a in aliases):  # a pair: one object
+        out.append(f"{alias.read}{'=' if alias.same_object else '~'}{alias.mutable}")
+    return tuple(out)
 
 
-def decode_aliases(wire: Sequence[str]) -> list[tuple[str, str]]:
-    """``_aliases`` -> ``[(read, mutable), ...]``."""
+def decode_aliases(wire: Sequence[str]) -> list[ReadAlias]:
+    """``_aliases`` -> ``[ReadAlias, ...]``."""
     out = []
     for item in wire:
-        read, sep, mutable = str(item).partition("=")
-        if not sep or not read or not mutable:
+        text = str(item)
+        cut = min((i for i in (text.find("="), text.find("~")) if i >= 0), default=-1)
+        read, mutable = text[:cut], text[cut + 1 :]
+        if cut < 0 or not read or not mutable:
             raise MalformedViewsError(f"malformed _aliases entry {item!r}")
-        out.append((read, mutable))
+        out.append(ReadAlias(read, mutable, same_object=text[cut] == "="))
     return out
 
 
@@ -376,11 +409,20 @@ class V2Adapter:
                 if entry is not None:
                     slots.append(Slot(name, None, entry.base_index, entry.chain))
         by_label = {s.label: s for s in slots}
-        for read, mutable in decode_aliases(node.kwargs.get("_aliases", ())):
-            # Note [Read arguments eager aliases]: the same tensor as ``mutable``
-            of = by_label[mutable]
-            kwargs[read] = None
-            slots.append(Slot(read, None, of.buffer, of.relative_chain, same_as=mutable))
+        for alias in decode_aliases(node.kwargs.get("_aliases", ())):
+            # Note [Read arguments eager aliases]: the memory of ``alias.mutable``
+            of = by_label[alias.mutable]
+            kwargs[alias.read] = None
+            slots.append(
+                Slot(
+                    alias.read,
+                    None,
+                    of.buffer,
+                    of.relative_chain,
+                    same_as=alias.mutable,
+                    same_object=alias.same_object,
+                )
+            )
         return Mutation(info, self.strategy, tuple(node.kwargs["_bases"]), tuple(slots), kwargs)
 
 

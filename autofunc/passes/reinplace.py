@@ -393,11 +393,14 @@ def _emit_call(
     shared: dict = {}  # the chains' common prefixes, emitted once
     tensors: dict[str, fx.Node] = {}  # slot label -> its tensor
     for s in m.slots:
-        tensors[s.label] = (
-            tensors[s.same_as]  # Note [Read arguments eager aliases]: eager's one object
-            if s.same_as is not None
-            else distinct(emit_view(ctx, new_bufs[s.buffer], s.relative_chain, shared))
-        )
+        if s.same_as is None:
+            tensors[s.label] = distinct(
+                emit_view(ctx, new_bufs[s.buffer], s.relative_chain, shared)
+            )
+        elif s.same_object:  # Note [Read arguments eager aliases]: eager's one object
+            tensors[s.label] = tensors[s.same_as]
+        else:  # eager's other object over that memory
+            tensors[s.label] = emit_fresh_alias(ctx, tensors[s.same_as])
     direct = m.direct_call([tensors[s.label] for s in m.slots])
     n = direct.num_returns
     # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.

@@ -175,11 +175,12 @@ def _v1_needs_v2(ctx: Any, func: OpOverload, args: tuple, kwargs: dict) -> str |
     arg = inexact_slot(info, kw)
     if arg is not None:  # Note [Writing back unfold views] in hops/common.py
         return f"argument {arg} is an unfold view"
-    aliases = eager_aliases(info, kw)
+    aliases = eager_aliases(info, kw, ctx)
     if aliases:
         # Note [Read arguments eager aliases] in hops/v2.py: v1 would hand the op a copy of
         # the mutable argument and the old tensor as the read one, a call eager never made
-        # (an op that reads what it wrote gives another result); v2 passes one tensor for both.
-        read, mutable = aliases[0]
-        return f"read argument {read} is the tensor passed as {mutable}"
+        # (an op that reads what it wrote gives another result); v2 passes one memory for both.
+        read, mutable, same_object = aliases[0]
+        what = "the tensor passed" if same_object else "exactly the memory of"
+        return f"read argument {read} is {what} {mutable}"
     return None

@@ -238,12 +238,16 @@ def test_make_fx_symbolic_output_is_symbolic():
 
 def test_aliases_wire_round_trip_and_malformed():
     from autofunc.errors import MalformedViewsError
-    from autofunc.hops.v2 import decode_aliases, encode_aliases
+    from autofunc.hops.v2 import ReadAlias, decode_aliases, encode_aliases
 
-    pairs = [("q", "q_out"), ("k", "k_out")]
+    pairs = [("q", "q_out"), ("k", "k_out")]  # one object each: "="
     assert encode_aliases(pairs) == ("q=q_out", "k=k_out")
-    assert decode_aliases(encode_aliases(pairs)) == pairs
-    for bad in (("q",), ("=q_out",), ("q=",)):
+    assert decode_aliases(encode_aliases(pairs)) == [ReadAlias(*p) for p in pairs]
+    # another object over the same memory: "~"
+    aliases = [ReadAlias("q", "q_rope", same_object=False), ReadAlias("k", "k_out")]
+    assert encode_aliases(aliases) == ("q~q_rope", "k=k_out")
+    assert decode_aliases(encode_aliases(aliases)) == aliases
+    for bad in (("q",), ("=q_out",), ("q=",), ("~q_out",), ("q~",)):
         with pytest.raises(MalformedViewsError, match="_aliases"):
             decode_aliases(bad)
 
@@ -262,3 +266,19 @@ def test_dense_hands_the_op_one_tensor_for_an_eager_alias():
     )
     assert torch.equal(out[0], expected)
     assert torch.equal(x, torch.arange(6.0))  # the HOP is functional
+
+
+def test_dense_hands_the_op_the_same_memory_for_another_object():
+    # "src~dst": eager passed two objects over one memory; the HOP hands the op a fresh alias
+    # of the regenerated dst, so the op reads what it wrote there, as in eager
+    x = torch.arange(6.0)
+    expected = x.clone()
+    corpus.copy_into(expected.view(2, 3), expected.view(2, 3))
+    out = autofunc.auto_functionalized_v2(
+        "autofunc_corpus::copy_into.default",
+        _bases=[x],
+        _views=_on_base([AsStrided((2, 3), (3, 1), 0)]),
+        _aliases=("src~dst",),
+    )
+    assert torch.equal(out[0], expected)
+    assert torch.equal(x, torch.arange(6.0))
