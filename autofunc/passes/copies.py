@@ -44,6 +44,7 @@ from torch import fx
 
 from ..symbolic import nbytes_hint
 from .alias import SCATTER_VIEWS, VIEW_OPS
+from .walks import view_walk
 
 __all__ = [
     "COPY_TARGETS",
@@ -188,17 +189,12 @@ _OTHER = (CopyKind.OTHER, "")
 def _kind_from_source(node: fx.Node) -> tuple[CopyKind, str]:
     """A ``copy_`` or scatter nobody tagged (one Inductor made from a tagged scatter): the kind
     of the scatter whose source it copies, or of the tagged copy it copies."""
-    src = node.args[1] if len(node.args) > 1 else None
-    while isinstance(src, fx.Node):
+    for src in view_walk(node.args[1] if len(node.args) > 1 else None):
         if _SCATTERS_FROM in src.meta:
             return src.meta[_SCATTERS_FROM]
         tag = src.meta.get(_TAG)
         if tag is not None and tag[0] is not CopyKind.OTHER and src.target in SCATTER_VIEWS:
             return tag
-        if src.op == "call_function" and src.target in VIEW_OPS and src.args:
-            src = src.args[0]
-        else:
-            break
     return _OTHER
 
 

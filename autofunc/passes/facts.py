@@ -18,7 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .. import views
 from ..hops.adapter import Mutation
 from ..regions import Region, overlaps
-from .alias import VIEW_OPS, AliasAnalysis
+from .alias import AliasAnalysis
 from .emit import (
     fake_values,
 )
@@ -134,13 +134,6 @@ def _flat_outputs(out: fx.Node) -> tuple | list | None:
     """The output node's flat tuple of returned values (AOTAutograd's graphs), or ``None``."""
     flat = out.args[0] if len(out.args) == 1 else None
     return flat if isinstance(flat, (tuple, list)) else None
-
-
-def _view_base(node: fx.Node) -> fx.Node:
-    """The node ``node`` is a chain of view ops of (``node`` itself if it is no view)."""
-    while node.op == "call_function" and node.target in VIEW_OPS and node.args:
-        node = node.args[0]
-    return node
 
 
 def _output_nodes(out: fx.Node, regenerated: frozenset[int]) -> list[fx.Node]:
@@ -270,16 +263,3 @@ def _epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
             out[dst] = n
     return out
 
-
-def _users_through_views(node: fx.Node) -> list[fx.Node]:
-    """The nodes that use ``node`` or a chain of views of it (the views themselves included)."""
-    out, todo, seen = [], [node], {node}
-    while todo:
-        for user in todo.pop().users:
-            if user in seen:
-                continue
-            seen.add(user)
-            out.append(user)
-            if user.op == "call_function" and user.target in VIEW_OPS:
-                todo.append(user)
-    return out

@@ -8,6 +8,7 @@ Imports the pass's phases but not ``reinplace.py``, nor any Inductor configurati
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import operator
 from typing import Any
@@ -19,9 +20,10 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from ..hops.adapter import mutation_targets
 from .alias import VIEW_OPS
 from .emit import FRESH_ALIAS, WRITTEN, emit_clone
-from .facts import _Pass, _users_through_views, _view_base
+from .facts import _Pass
 from .policy import Policy
 from .share_views import share_input_views
+from .walks import users_through_views, view_root, view_walk
 
 __all__ = ["INDUCTOR"]
 
@@ -47,7 +49,7 @@ def _as_strided_of_roots(graph: fx.Graph) -> None:
         src = node.args[0]
         if len(node.args) != 4 or node.kwargs or not isinstance(node.args[3], int):
             continue
-        root = _same_dtype_view_root(src)
+        root = view_root(src, _SAME_DTYPE_VIEWS)
         if root is src or not isinstance(root, fx.Node) or root.op == "placeholder":
             continue
         sval, rval = src.meta.get("val"), root.meta.get("val")
@@ -100,14 +102,7 @@ def _explicit_as_strided_offsets(graph: fx.Graph, inputs_too: bool = True) -> No
         if len(node.args) != 3 or node.kwargs:
             continue
         src = node.args[0]
-        root = src
-        while (
-            isinstance(root, fx.Node)
-            and root.op == "call_function"
-            and root.target in VIEW_OPS
-            and isinstance(root.args[0], fx.Node)
-        ):
-            root = root.args[0]
+        root = view_root(src)
         if root is src or not isinstance(root, fx.Node):
             continue
         # a scatter Inductor may re-inplace into an input becomes that input's memory, whose
@@ -128,17 +123,8 @@ def _explicit_as_strided_offsets(graph: fx.Graph, inputs_too: bool = True) -> No
         node.args = (base, *node.args[1:], offset)
 
 
-def _same_dtype_view_root(node: Any) -> Any:
-    """The node a chain of same-dtype views starts from (``node`` itself if it is no view)."""
-    while (
-        isinstance(node, fx.Node)
-        and node.op == "call_function"
-        and node.target in VIEW_OPS
-        and node.target is not _aten.view.dtype
-        and isinstance(node.args[0], fx.Node)
-    ):
-        node = node.args[0]
-    return node
+# The views that keep their input's dtype.
+_SAME_DTYPE_VIEWS = VIEW_OPS - {_aten.view.dtype}
 
 
 def _keep_old_copy_sources(graph: fx.Graph) -> None:
@@ -162,8 +148,8 @@ def _keep_old_copy_sources(graph: fx.Graph) -> None:
         src, dst = n.args[1], n.args[0]
         if not isinstance(src, fx.Node) or not isinstance(dst, fx.Node):
             continue
-        base = _view_base(src)
-        if base is _view_base(dst) or base.op != "placeholder":
+        base = view_root(src)
+        if base is view_root(dst) or base.op != "placeholder":
             continue
         if _hoist_copy(n, base, order, inputs):
             continue
@@ -196,11 +182,11 @@ def _hoist_copy(
     if dst.op != "placeholder":
         return False
     first_writer = min(
-        (order[u] for u in _users_through_views(base) if _may_write(u, base)), default=None
+        (order[u] for u in users_through_views(base) if _may_write(u, base)), default=None
     )
     if first_writer is None or first_writer > order[copy]:
         return False  # nothing writes ``src`` before the copy reads it
-    readers = [u for u in _users_through_views(dst) if u is not copy]
+    readers = [u for u in users_through_views(dst) if u is not copy]
     anchor = max([copy.args[1], inputs[-1], *readers], key=order.__getitem__)
     if order[anchor] >= first_writer:
         return False
@@ -217,7 +203,7 @@ def _may_write(user: fx.Node, base: fx.Node) -> bool:
     if user.target in mutation_targets() or isinstance(user.target, torch._ops.HigherOrderOperator):
         return True
     if user.target is _aten.copy_.default or user.target in _INDUCTOR_INPLACEABLE:
-        return _view_base(user.args[0]) is base
+        return view_root(user.args[0]) is base
     return isinstance(user.target, torch._ops.OpOverload) and user.target._schema.is_mutable
 
 
@@ -233,18 +219,15 @@ _INDUCTOR_INPLACEABLE = frozenset(
         _aten._unsafe_index_put.default,
     }
 )
+_VIEWS_AND_INPLACEABLE = VIEW_OPS | _INDUCTOR_INPLACEABLE
 
 
 def _written_input(node: fx.Node) -> fx.Node | None:
     """The graph input whose buffer ``node``'s value may end up in after Inductor re-inplaces
     the scatters it is built from (through views), or ``None``."""
-    scattered = False
-    while node.op == "call_function" and (
-        node.target in VIEW_OPS or node.target in _INDUCTOR_INPLACEABLE
-    ):
-        scattered = scattered or node.target in _INDUCTOR_INPLACEABLE
-        node = node.args[0]
-    return node if scattered and node.op == "placeholder" else None
+    *steps, root = view_walk(node, _VIEWS_AND_INPLACEABLE)
+    scattered = any(n.target in _INDUCTOR_INPLACEABLE for n in steps)
+    return root if scattered and root.op == "placeholder" else None
 
 
 def _separate_outputs_from_inputs(ctx: _Pass) -> None:
@@ -268,7 +251,7 @@ def _separate_outputs_from_inputs(ctx: _Pass) -> None:
             return arg
         if arg not in clones:
             point = _copy_point(ctx, arg, out)
-            root = _view_base(arg)
+            root = view_root(arg)
             if root is not arg and point is out:
                 # a view of the scatter, taken after the copy-back: taken before it instead
                 point = _copy_point(ctx, root, out)
@@ -284,11 +267,7 @@ def _separate_outputs_from_inputs(ctx: _Pass) -> None:
 def _views_before(view: fx.Node, root: fx.Node, point: fx.Node) -> bool:
     """Move the chain of views from ``root`` to ``view`` before ``point`` where it stands after
     it (views read nothing: only their own inputs must come first); whether it is there now."""
-    chain = []
-    node = view
-    while node is not root:
-        chain.append(node)
-        node = node.args[0]
+    chain = list(itertools.takewhile(lambda n: n is not root, view_walk(view)))
     chain.reverse()
     moving = [n for n in chain if n > point]
     placed = set(chain) - set(moving)

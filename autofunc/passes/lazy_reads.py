@@ -51,7 +51,7 @@ from ..hops.adapter import mutation_targets, read_node
 from ..symbolic import is_symbolic, nbytes_hint
 from .alias import VIEW_OPS
 from .emit import emit
-from .facts import _users_through_views, _view_base
+from .walks import users_through_views, view_root
 
 _aten = torch.ops.aten
 
@@ -130,8 +130,8 @@ def _written_by_a_later_call(node: fx.Node, call: fx.Node) -> bool:
         and u.op == "call_function"
         and u.target in mutation_targets()
         and (m := read_node(u)) is not None
-        and any(_view_base(b) is node for b in m.buffers)
-        for u in _users_through_views(node)
+        and any(view_root(b) is node for b in m.buffers)
+        for u in users_through_views(node)
     )
 
 

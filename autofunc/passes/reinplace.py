@@ -40,7 +40,7 @@ from ..errors import GraphError
 from ..hops.adapter import Mutation, accepted, mutation_targets, read_node, reading_once
 from ..hops.common import Distinct, unpack_outputs
 from ..symbolic import is_symbolic, nbytes_hint
-from .alias import VIEW_OPS, AliasAnalysis
+from .alias import AliasAnalysis
 from .copies import CopyKind, account_copies, copy_node_set, copying, tag_new_copies, tag_write_backs
 from .emit import (
     NO_VAL,
@@ -72,6 +72,7 @@ from .policy import GENERIC, Policy
 from .report import CallReport, Decision, Reason, Report
 from .rules import RULES, Rule, _decide, _Query
 from .scatters import _fold_scatters
+from .walks import view_walk
 
 __all__ = ["RULES", "Rule", "reinplace"]
 
@@ -363,20 +364,18 @@ def _pin_unrealized_root(ctx: _Pass, buf: fx.Node) -> None:
     """
     if not ctx.policy.pin_views_of_unrealized or ctx.policy.lazy_reader is None:
         return
-    first, root = None, buf
-    while root.op == "call_function" and root.target in VIEW_OPS and root.args:
-        if root.meta.get("autofunc.pin"):
-            return  # pinned already
-        first, root = root, root.args[0]
+    *chain, root = view_walk(buf)
+    if any(v.meta.get("autofunc.pin") for v in chain):
+        return  # pinned already
     if (
-        first is None
-        or not isinstance(root, fx.Node)
+        not chain
         or not isinstance(root.target, torch._ops.OpOverload)
         or not isinstance(root.meta.get("val"), torch.Tensor)
         or not ctx.policy.lazy_reader(root)
         or any(is_symbolic(v) for v in (*root.meta["val"].shape, *root.meta["val"].stride()))
     ):
         return
+    first = chain[-1]  # the view of the root
     with ctx.gm.graph.inserting_before(first):
         pinned = pin_layout(ctx, root)
     first.replace_input_with(root, pinned)

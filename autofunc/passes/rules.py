@@ -23,13 +23,12 @@ from .facts import (
     _output_of,
     _output_positions,
     _Pass,
-    _users_through_views,
-    _view_base,
     _written,
 )
 from .lazy_reads import Realization, plan_hoist, plan_realization
 from .report import Reason
-from .scatters import _SAME_BYTES, _all_scatters_fold, _is_view_chain
+from .scatters import _SAME_BYTES, _all_scatters_fold
+from .walks import users_through_views, view_root, view_walk
 
 # -- step 2: decide ---------------------------------------------------------------------------
 
@@ -110,7 +109,7 @@ def _unfixed_layout(q: _Query) -> Verdict:
     # node already took a view of the buffer under the layout it had (``v = b.t()`` read by an
     # extern kernel before ``op(b)``): that view then reads the wrong elements (fuzz seed
     # 20261249 #3; PyTorch's built-in is wrong the same way). Such a buffer is cloned.
-    if any(u is not q.node and u < q.node for u in _users_through_views(buf.node)):
+    if any(u is not q.node and u < q.node for u in users_through_views(buf.node)):
         return Reason.LAYOUT_FIXED_LATE, buf.node.name
     return None
 
@@ -195,7 +194,7 @@ def _own_input(node: fx.Node, root: fx.Node) -> fx.Node:
     the first), and inputs that overlap would have been merged into one synthetic base. So a
     buffer in the second one is judged by that input's copy-back.
     """
-    base = _view_base(node)
+    base = view_root(node)
     return base if base.op == "placeholder" else root
 
 
@@ -215,7 +214,7 @@ def _view_of_input(ctx: _Pass, buf: _Buffer, root: fx.Node, out: fx.Node | None)
     itself is then removed (``_fold_scatters``). Under Inductor every such scatter must fold
     (Inductor cannot lower a scatter of a dtype view of an input's view).
     """
-    if not _is_view_chain(buf.node, root):
+    if not any(n is root for n in view_walk(buf.node)):  # ``buf`` is ``root`` through views
         return Reason.VIEW_OF_INPUT
     if (
         ctx.policy.scatters_must_fold

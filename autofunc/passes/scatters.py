@@ -14,6 +14,7 @@ import torch.fx as fx
 
 from .alias import SCATTER_VIEWS, VIEW_OPS, AliasAnalysis
 from .facts import _Pass
+from .walks import view_root
 
 log = logging.getLogger("autofunc.passes.scatters")
 
@@ -21,23 +22,8 @@ _aten = torch.ops.aten
 
 
 
-def _is_view_chain(node: fx.Node, root: fx.Node) -> bool:
-    """Whether ``node`` is ``root`` through view ops only."""
-    while node is not root:
-        if node.op != "call_function" or node.target not in VIEW_OPS or not node.args:
-            return False
-        node = node.args[0]
-    return True
-
-
 # Views that keep the bytes and the geometry (up to the element size).
 _SAME_BYTES = frozenset({_aten.view.dtype, _aten.alias.default, _aten.detach.default})
-
-
-def _strip_dtype_views(node: Any) -> Any:
-    while isinstance(node, fx.Node) and node.target in _SAME_BYTES:
-        node = node.args[0]
-    return node
 
 
 def _fold_scatters(ctx: _Pass, buf: fx.Node) -> None:
@@ -54,7 +40,7 @@ def _fold_scatters(ctx: _Pass, buf: fx.Node) -> None:
     starts = [buf]
     while starts:
         start = starts.pop()
-        view = _strip_dtype_views(start)
+        view = view_root(start, _SAME_BYTES)
         if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
             continue
         todo, seen = [start], {start}
@@ -163,7 +149,7 @@ def _all_scatters_fold(analysis: AliasAnalysis, out: fx.Node, buf: fx.Node) -> b
     """Whether every scatter of ``out`` (a HOP output, through views keeping its bytes) would
     be folded once ``buf`` is written in place and ``out`` replaced by it: then no scatter of a
     dtype view of a graph input reaches Inductor, whose lowering does not support one."""
-    view = _strip_dtype_views(buf)
+    view = view_root(buf, _SAME_BYTES)
     if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
         # nothing left to fold: ``out`` must not be scattered anywhere else
         return not any(u.target in SCATTER_VIEWS and u.args[1] is out for u in out.users)

@@ -1,0 +1,72 @@
+"""The walks over a graph that several phases of the re-inplace pass share, each written once:
+down a chain of views to its root (:func:`view_walk`, :func:`view_root`) and up to every user
+through views (:func:`users_through_views`). Pure queries; nothing here rewrites the graph.
+Imports only ``alias`` (for ``VIEW_OPS``), so every phase may import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterator
+from typing import Any
+
+from torch import fx
+
+from .alias import VIEW_OPS
+
+__all__ = ["users_through_views", "view_root", "view_walk"]
+
+
+def view_walk(node: Any, through: Container[Any] = VIEW_OPS) -> Iterator[fx.Node]:
+    """``node``, the node it is a view of, that node's input, ... down to the root, root last.
+
+    The walk steps from a node to its first argument while the node is a ``call_function`` of
+    a target in ``through`` whose first argument is a node; the first node it cannot step
+    from is the root and ends it. A value that is no node yields nothing.
+
+    ``through`` says which ops count as views, where a walk stops earlier or goes further than
+    ``VIEW_OPS``: the views keeping a dtype (``VIEW_OPS`` less ``view.dtype``), the views
+    keeping the bytes (``view.dtype``, ``alias``, ``detach``), or views and the scatters
+    Inductor may re-inplace into their first input. A walk that stops at a node for what it
+    *holds* (a pinned view, a tag) reads that off the nodes it yields.
+
+    Args:
+        node: where the walk starts; yielded first when it is a node.
+        through: the targets the walk steps through (default ``VIEW_OPS``).
+
+    Returns:
+        An iterator over ``node`` and each node below it, in walk order.
+    """
+    while isinstance(node, fx.Node):
+        yield node
+        if not (
+            node.op == "call_function"
+            and node.target in through
+            and node.args
+            and isinstance(node.args[0], fx.Node)
+        ):
+            return
+        node = node.args[0]
+
+
+def view_root(node: Any, through: Container[Any] = VIEW_OPS) -> Any:
+    """The node a chain of views ``through`` starts from: the last node of :func:`view_walk`;
+    ``node`` itself where it is no such view (or no node)."""
+    root = node
+    for root in view_walk(node, through):
+        pass
+    return root
+
+
+def users_through_views(node: fx.Node) -> list[fx.Node]:
+    """The nodes that use ``node`` or a chain of views of it (the views themselves included),
+    each once."""
+    out, todo, seen = [], [node], {node}
+    while todo:
+        for user in todo.pop().users:
+            if user in seen:
+                continue
+            seen.add(user)
+            out.append(user)
+            if user.op == "call_function" and user.target in VIEW_OPS:
+                todo.append(user)
+    return out
