@@ -23,8 +23,7 @@ from .emit import (
     fake_values,
 )
 from .policy import Policy
-
-_aten = torch.ops.aten
+from .walks import input_copies
 
 log = logging.getLogger("autofunc.passes.facts")
 
@@ -256,10 +255,5 @@ def _holds_node(step: Any) -> bool:
 
 def _epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     """placeholder -> the ``copy_(placeholder, new)`` that writes its final value back."""
-    out = {}
-    for n in graph.find_nodes(op="call_function", target=_aten.copy_.default):
-        dst = n.args[0]
-        if isinstance(dst, fx.Node) and dst.op == "placeholder":
-            out[dst] = n
-    return out
+    return {dst: copies[-1] for dst, copies in input_copies(graph).items()}
 

@@ -23,7 +23,7 @@ from .emit import FRESH_ALIAS, WRITTEN, emit_clone
 from .facts import _Pass
 from .policy import Policy
 from .share_views import share_input_views
-from .walks import users_through_views, view_root, view_walk
+from .walks import copy_calls, input_copies, users_through_views, view_root, view_walk
 
 __all__ = ["INDUCTOR"]
 
@@ -137,14 +137,9 @@ def _keep_old_copy_sources(graph: fx.Graph) -> None:
     read Inductor realizes when the input is mutated, and the analysis sees it as a read of the
     old value (the op then writes ``src`` only if that is still sound)."""
     order: dict[fx.Node, float] = {n: i for i, n in enumerate(graph.nodes)}
-    first_write: dict[fx.Node, float] = {}
-    copies = list(graph.find_nodes(op="call_function", target=_aten.copy_.default))
-    for n in copies:
-        dst = n.args[0]
-        if isinstance(dst, fx.Node) and dst.op == "placeholder":
-            first_write.setdefault(dst, order[n])
+    first_write = {dst: order[copies[0]] for dst, copies in input_copies(graph).items()}
     inputs = graph.find_nodes(op="placeholder")
-    for n in copies:
+    for n in copy_calls(graph):
         src, dst = n.args[1], n.args[0]
         if not isinstance(src, fx.Node) or not isinstance(dst, fx.Node):
             continue
@@ -238,11 +233,7 @@ def _separate_outputs_from_inputs(ctx: _Pass) -> None:
     output built by scatters into such an input is returned as a copy instead (eager holds two
     tensors as well)."""
     graph = ctx.gm.graph
-    copied_back = {
-        n.args[0]
-        for n in graph.find_nodes(op="call_function", target=_aten.copy_.default)
-        if isinstance(n.args[0], fx.Node) and n.args[0].op == "placeholder"
-    }
+    copied_back = set(input_copies(graph))
     out = graph.output_node()
     clones: dict[fx.Node, fx.Node] = {}
 

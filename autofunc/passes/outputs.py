@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import fx
 
 from .emit import emit_clone
 from .facts import _flat_outputs, _Pass
-
-_aten = torch.ops.aten
+from .walks import copy_calls
 
 __all__ = ["_copy_returned_inputs", "_keep_saved_inputs", "_remove_self_copies"]
 
@@ -72,7 +70,7 @@ def _keep_saved_inputs(ctx: _Pass) -> None:
 
 def _remove_self_copies(graph: fx.Graph) -> None:
     """``copy_(x, x)`` is what an epilogue copy-back becomes once its buffer is written in place."""
-    for n in list(graph.find_nodes(op="call_function", target=_aten.copy_.default)):
+    for n in copy_calls(graph):
         if n.args[0] is n.args[1]:
             n.replace_all_uses_with(n.args[0])
             graph.erase_node(n)

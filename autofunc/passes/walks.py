@@ -1,6 +1,8 @@
 """The walks over a graph that several phases of the re-inplace pass share, each written once:
-down a chain of views to its root (:func:`view_walk`, :func:`view_root`) and up to every user
-through views (:func:`users_through_views`). Pure queries; nothing here rewrites the graph.
+down a chain of views to its root (:func:`view_walk`, :func:`view_root`), up to every user
+through views (:func:`users_through_views`), and the ``copy_`` nodes, those that write a value
+back into a graph input apart (:func:`copy_calls`, :func:`input_copies`). Pure queries; nothing
+here rewrites the graph.
 Imports only ``alias`` (for ``VIEW_OPS``), so every phase may import it.
 """
 
@@ -9,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Container, Iterator
 from typing import Any
 
+import torch
 from torch import fx
 
 from .alias import VIEW_OPS
 
-__all__ = ["users_through_views", "view_root", "view_walk"]
+__all__ = ["copy_calls", "input_copies", "users_through_views", "view_root", "view_walk"]
+
+_aten = torch.ops.aten
 
 
 def view_walk(node: Any, through: Container[Any] = VIEW_OPS) -> Iterator[fx.Node]:
@@ -69,4 +74,21 @@ def users_through_views(node: fx.Node) -> list[fx.Node]:
             out.append(user)
             if user.op == "call_function" and user.target in VIEW_OPS:
                 todo.append(user)
+    return out
+
+
+def copy_calls(graph: fx.Graph) -> list[fx.Node]:
+    """Every ``copy_(dst, src)`` node of ``graph``, in graph order."""
+    return graph.find_nodes(op="call_function", target=_aten.copy_.default)
+
+
+def input_copies(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
+    """Each graph input that a ``copy_`` writes -> those ``copy_(input, value)`` nodes, in graph
+    order: the last one is the epilogue copy-back of the input's final value (AOTAutograd's),
+    the first the earliest write of the input the graph makes that way."""
+    out: dict[fx.Node, list[fx.Node]] = {}
+    for n in copy_calls(graph):
+        dst = n.args[0]
+        if isinstance(dst, fx.Node) and dst.op == "placeholder":
+            out.setdefault(dst, []).append(n)
     return out
