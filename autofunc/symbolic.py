@@ -22,6 +22,7 @@ __all__ = [
     "cached_when_static",
     "contiguous_or_false",
     "copy_extent",
+    "is_plain",
     "is_symbolic",
     "known",
     "nbytes_hint",
@@ -91,6 +92,14 @@ def cached_when_static(maxsize: int) -> Callable[[_F], _F]:
 def is_symbolic(x: Any) -> bool:
     """Whether ``x`` is a SymInt that is not a constant."""
     return isinstance(x, torch.SymInt) and x.node.maybe_as_int() is None
+
+
+def is_plain(v: Any) -> bool:
+    """Whether ``v`` is a plain int, a tuple of plain ints, or a dtype: a value that holds no
+    SymInt (not even a constant one) nor a graph node, so it hashes and compares by value."""
+    if isinstance(v, tuple):
+        return all(type(e) is int for e in v)
+    return type(v) is int or isinstance(v, torch.dtype)
 
 
 def contiguous_or_false(t: torch.Tensor) -> bool:

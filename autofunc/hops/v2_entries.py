@@ -24,7 +24,7 @@ import torch
 
 from .. import views
 from ..errors import UnsupportedCallError
-from ..symbolic import span_extent
+from ..symbolic import is_plain, span_extent
 from .adapter import Slot
 
 __all__ = ["TracedBases", "read_entry", "read_slots"]
@@ -66,7 +66,7 @@ def read_entry(
         dim = kwargs.pop(f"{prefix}_slice_dim")
         start = kwargs.pop(f"{prefix}_slice_start")
         end = kwargs.pop(f"{prefix}_slice_end")
-        if not all(_plain(v) for v in (dim, start, end)):
+        if not all(is_plain(v) for v in (dim, start, end)):
             raise TypeError(f"a symbolic slice entry ({dim}, {start}, {end}) of a region's operand")
         chain = bases.choose(
             base_index,
@@ -252,7 +252,7 @@ def _strided_chain(
         if isinstance(step, views.AsStrided):
             # Note [Relative chains] in adapter.py: the offset counts from the base's own
             step = views.AsStrided(step.size, step.stride, step.storage_offset - now[2])
-        if not all(_plain(v) for v in vars(step).values()):
+        if not all(is_plain(v) for v in vars(step).values()):
             raise TypeError(f"a symbolic view step {step} of a region's operand")
         steps.append(step)
     return views.ViewChain(tuple(steps))
@@ -295,12 +295,6 @@ def _inside(geom: _Geom, size: list, stride: list, offset: int) -> bool:
 def _value(v: Any) -> Any:
     """An int, or the SymInt a graph value stands for."""
     return v.meta["val"] if isinstance(v, torch.fx.Node) else v
-
-
-def _plain(v: Any) -> bool:
-    if isinstance(v, tuple):
-        return all(type(e) is int for e in v)
-    return type(v) is int or isinstance(v, torch.dtype)
 
 
 def read_slots(kwargs: dict, written: list[str], bases: TracedBases, where: str) -> list[Slot]:

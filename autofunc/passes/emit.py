@@ -21,7 +21,14 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_
 
 from .. import views
 from ..errors import GraphError
-from ..symbolic import Arith, contiguous_or_false, copy_extent, is_symbolic, overlaps_itself
+from ..symbolic import (
+    Arith,
+    contiguous_or_false,
+    copy_extent,
+    is_plain,
+    is_symbolic,
+    overlaps_itself,
+)
 from .alias import VIEW_OPS
 from .copies import tag_emitted
 
@@ -235,13 +242,7 @@ def _share_key(node: fx.Node, step: Any) -> tuple | None:
     """``(node, step)`` when every field of the step is a plain int (or tuple of them) or a
     dtype, else ``None``: a SymInt cannot be hashed and compares to a SymBool, and a node is
     not compared by value."""
-
-    def plain(v: Any) -> bool:
-        if isinstance(v, tuple):
-            return all(type(e) is int for e in v)
-        return type(v) is int or isinstance(v, torch.dtype)
-
-    return (node, step) if all(plain(v) for v in vars(step).values()) else None
+    return (node, step) if all(is_plain(v) for v in vars(step).values()) else None
 
 
 def _emit_step(ctx: Any, node: fx.Node, step: Any) -> fx.Node:
