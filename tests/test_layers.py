@@ -92,3 +92,36 @@ def test_no_import_circles():
     for m in graph:
         if m not in state:
             visit(m, [])
+
+
+def test_every_module_declares_all():
+    missing = [m for m, p in _modules().items() if "__all__" not in _assigned(p)]
+    assert not missing, missing
+
+
+def test_no_private_name_crosses_modules():
+    # A name another module imports is public within the package (house style: ``_`` means
+    # "this module's own"). The kernels' ``@triton.jit`` functions keep their ``_<name>_kernel``
+    # names (house style, kernels), which the benchmarks launch directly.
+    mods = _modules()
+    crossing = []
+    for m, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            internal = isinstance(node, ast.ImportFrom) and (
+                node.level or (node.module or "").startswith("autofunc")
+            )
+            crossing += [
+                f"{m} imports {a.name} from {'.' * node.level}{node.module or ''}"
+                for a in (node.names if internal else ())
+                if a.name.startswith("_") and not a.name.startswith("__")
+                if not (a.name.endswith("_kernel") and "kernels" in (node.module or ""))
+            ]
+    assert not crossing, crossing
+
+
+def _assigned(path: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names

@@ -241,7 +241,7 @@ def test_cpp_functionalize_of_an_op_returning_tensors_on_request(strategy):
 
 
 def test_snapshot_and_restore_put_the_registrations_back():
-    state = autofunc.registry.routing._state
+    state = autofunc.registry.routing.registry_state
     first = autofunc.register(corpus.add_, strategy="v1")
     try:
         saved = state.snapshot()
@@ -268,10 +268,10 @@ def test_override_restores_the_functionalize_kernel_exactly():
         assert not _has_functionalize_kernel(_ADD)
         with autofunc.override("v1"):
             assert _has_functionalize_kernel(_ADD)
-            autofunc.registry.routing._state.check(outside_override=False)
+            autofunc.registry.routing.registry_state.check(outside_override=False)
         assert not _has_functionalize_kernel(_ADD)
         assert registered_strategy(_ADD) == "v2"
-        autofunc.registry.routing._state.check()
+        autofunc.registry.routing.registry_state.check()
     # Removed inside the block (which destroys its kernel): the block's end brings both back,
     # and the handle owns the op again.
     handle = autofunc.register(corpus.add_, strategy="v2")

@@ -4,3 +4,5 @@ re-inplace pass reads functional mutation nodes (``hops.adapter``): both HOPs, P
 Triton kernels (``hops.triton``). Importing the package registers the first three."""
 
 from . import subgraph, v1, v2  # noqa: F401
+
+__all__: list[str] = []  # imported for the registrations; the modules are the API

@@ -25,11 +25,28 @@ from .emit import (
 from .policy import Policy
 from .walks import input_copies
 
+__all__ = [
+    "Buffer",
+    "Pass",
+    "SavedTensors",
+    "aliased_args",
+    "buffers",
+    "epilogue_copies",
+    "flat_outputs",
+    "other_tensor_args",
+    "output_nodes",
+    "output_of",
+    "output_positions",
+    "outputs_regenerated_from_inputs",
+    "saved_tensors",
+    "written_regions",
+]
+
 log = logging.getLogger("autofunc.passes.facts")
 
 
 @dataclasses.dataclass
-class _Pass:
+class Pass:
     """What one run of the pass knows: the analysis and the facts gathered before rewriting."""
 
     gm: fx.GraphModule
@@ -69,25 +86,25 @@ class SavedTensors:
 
 
 @dataclasses.dataclass
-class _Buffer:
+class Buffer:
     """One mutable buffer of a call: a v2 base or a v1 mutable tensor, and its output slot."""
 
     node: fx.Node
     out_index: Any  # the key of the HOP's output that holds its copy (Mutation.buffer_key)
     args: list[str]  # labels of the mutable arguments regenerated from it
     chains: list[views.ViewChain]  # the chain of each, relative (Note [Relative chains])
-    written: list[Region] | None = None  # memo of _written()
+    written: list[Region] | None = None  # memo of written_regions()
 
 
-def _buffers(m: Mutation) -> list[_Buffer]:
-    bufs = [_Buffer(b, m.buffer_key(i), [], []) for i, b in enumerate(m.buffers)]
+def buffers(m: Mutation) -> list[Buffer]:
+    bufs = [Buffer(b, m.buffer_key(i), [], []) for i, b in enumerate(m.buffers)]
     for slot in m.slots:
         bufs[slot.buffer].args.append(slot.label)
         bufs[slot.buffer].chains.append(slot.relative_chain)
     return bufs
 
 
-def _written(analysis: AliasAnalysis, buf: _Buffer) -> list[Region]:
+def written_regions(analysis: AliasAnalysis, buf: Buffer) -> list[Region]:
     """The regions of ``buf``'s version that the op may write (computed once per buffer)."""
     if buf.written is None:
         val = buf.node.meta["val"]
@@ -119,27 +136,27 @@ def _values(chain: views.ViewChain) -> views.ViewChain:
     return views.ViewChain(steps)
 
 
-def _output_of(node: fx.Node, buf: _Buffer) -> fx.Node | None:
+def output_of(node: fx.Node, buf: Buffer) -> fx.Node | None:
     """The ``getitem`` of HOP ``node`` that holds ``buf``'s new value (``None``: unused)."""
     return next((u for u in node.users if u.args[1] == buf.out_index), None)
 
 
-def _aliased_args(buf: _Buffer, written: list) -> bool:
+def aliased_args(buf: Buffer, written: list) -> bool:
     """Whether two of the arguments regenerated from ``buf`` overlap."""
     return any(overlaps(a, b) for i, a in enumerate(written) for b in written[i + 1 :])
 
 
-def _flat_outputs(out: fx.Node) -> tuple | list | None:
+def flat_outputs(out: fx.Node) -> tuple | list | None:
     """The output node's flat tuple of returned values (AOTAutograd's graphs), or ``None``."""
     flat = out.args[0] if len(out.args) == 1 else None
     return flat if isinstance(flat, (tuple, list)) else None
 
 
-def _output_nodes(out: fx.Node, regenerated: frozenset[int]) -> list[fx.Node]:
+def output_nodes(out: fx.Node, regenerated: frozenset[int]) -> list[fx.Node]:
     """The tensors the graph returns whose memory the caller gets: not those at the positions
     ``regenerated`` (Note [Outputs AOTAutograd regenerates from inputs]), whose memory is the
     input's whatever the graph does."""
-    flat = _flat_outputs(out)
+    flat = flat_outputs(out)
     if flat is None or not regenerated:
         return [a for a in pytree.tree_leaves(out.args) if isinstance(a, fx.Node)]
     return [
@@ -151,7 +168,7 @@ def _output_nodes(out: fx.Node, regenerated: frozenset[int]) -> list[fx.Node]:
     ]
 
 
-def _saved_tensors(out: fx.Node) -> SavedTensors | None:
+def saved_tensors(out: fx.Node) -> SavedTensors | None:
     """The saved tensors of the training forward graph being compiled (Note [Saved values of
     written inputs]), or ``None`` outside a compile or where AOTAutograd's metadata lacks them."""
     try:
@@ -168,18 +185,18 @@ def _saved_tensors(out: fx.Node) -> SavedTensors | None:
         donated = []  # the backward reuses no saved tensor's memory
     if not isinstance(donated, list) or not isinstance(saved, slice) or symints is None:
         return None
-    flat = _flat_outputs(out)
+    flat = flat_outputs(out)
     if flat is None:
         return None
     return SavedTensors(range(*saved.indices(len(flat))), symints, donated)
 
 
-def _output_positions(out: fx.Node, node: fx.Node) -> list[int]:
+def output_positions(out: fx.Node, node: fx.Node) -> list[int]:
     """Where ``node`` stands among the graph's flat outputs."""
-    return [i for i, a in enumerate(_flat_outputs(out) or ()) if a is node]
+    return [i for i, a in enumerate(flat_outputs(out) or ()) if a is node]
 
 
-def _outputs_regenerated_from_inputs(out: fx.Node) -> frozenset[int]:
+def outputs_regenerated_from_inputs(out: fx.Node) -> frozenset[int]:
     """Positions of the graph's outputs that AOTAutograd replaces by the caller's input (or a
     view of it) at run time; empty when that is not known.
 
@@ -208,7 +225,7 @@ def _outputs_regenerated_from_inputs(out: fx.Node) -> frozenset[int]:
     except ImportError:  # pragma: no cover - torch without these internals
         log.debug("no regenerated outputs: AOTAutograd's internals moved", exc_info=True)
         return frozenset()
-    flat = _flat_outputs(out)
+    flat = flat_outputs(out)
     if infos is None or first is None or flat is None or len(flat) < first + len(infos):
         return frozenset()
     kinds = (OutputType.alias_of_input, OutputType.is_input)
@@ -229,7 +246,7 @@ def _tensor_output(node: fx.Node, info: Any) -> bool:
     )
 
 
-def _other_tensor_args(m: Mutation) -> list[fx.Node]:
+def other_tensor_args(m: Mutation) -> list[fx.Node]:
     """The tensors the call reads besides its buffers (a buffer node may appear here too: that
     is exactly the aliasing this check exists for)."""
     return [a for v in m.kwargs.values() for a in _nodes_in(v)]
@@ -253,7 +270,7 @@ def _holds_node(step: Any) -> bool:
     )
 
 
-def _epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
+def epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     """placeholder -> the ``copy_(placeholder, new)`` that writes its final value back."""
     return {dst: copies[-1] for dst, copies in input_copies(graph).items()}
 

@@ -20,7 +20,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from ..hops.adapter import mutation_targets
 from .alias import VIEW_OPS
 from .emit import FRESH_ALIAS, WRITTEN, emit_clone
-from .facts import _Pass
+from .facts import Pass
 from .policy import Policy
 from .share_views import share_input_views
 from .walks import copy_calls, input_copies, users_through_views, view_root, view_walk
@@ -225,7 +225,7 @@ def _written_input(node: fx.Node) -> fx.Node | None:
     return root if scattered and root.op == "placeholder" else None
 
 
-def _separate_outputs_from_inputs(ctx: _Pass) -> None:
+def _separate_outputs_from_inputs(ctx: Pass) -> None:
     """Note [Returned scatters under Inductor]: ``y = x.select_scatter(...); op(y[1]);
     x.copy_(y); return y`` returns a tensor of its own in eager. Inductor re-inplaces a scatter
     into a graph input whenever the graph copies a value back into that input, without looking
@@ -270,7 +270,7 @@ def _views_before(view: fx.Node, root: fx.Node, point: fx.Node) -> bool:
     return True
 
 
-def _copy_point(ctx: _Pass, arg: fx.Node, out: fx.Node) -> fx.Node:
+def _copy_point(ctx: Pass, arg: fx.Node, out: fx.Node) -> fx.Node:
     """Where to copy the returned ``arg``: before the first later scatter built on its memory
     (Inductor re-inplaces such a scatter into the input too, and would overwrite ``arg``'s
     memory before a copy placed after it reads it; fuzz seed 20261128 #6), or before the copy
@@ -297,12 +297,12 @@ def _copy_point(ctx: _Pass, arg: fx.Node, out: fx.Node) -> fx.Node:
     return out
 
 
-def _share_input_views(ctx: _Pass) -> None:
+def _share_input_views(ctx: Pass) -> None:
     """Fewer view nodes for Inductor to lower (``share_views.py``)."""
     share_input_views(ctx.gm.graph)
 
 
-def _explicit_offsets_where_dropped(ctx: _Pass) -> None:
+def _explicit_offsets_where_dropped(ctx: Pass) -> None:
     """``_explicit_as_strided_offsets`` where this torch's Inductor drops a view's offset: on
     every view where it drops them all (Note [as_strided offsets on torch 2.11]), else on the
     views of computed buffers; asked when the pass runs, not at import.

@@ -13,13 +13,13 @@ from typing import Any
 from torch import fx
 
 from .emit import emit_clone
-from .facts import _flat_outputs, _Pass
+from .facts import Pass, flat_outputs
 from .walks import copy_calls
 
-__all__ = ["_copy_returned_inputs", "_keep_saved_inputs", "_remove_self_copies"]
+__all__ = ["copy_returned_inputs", "keep_saved_inputs", "remove_self_copies"]
 
 
-def _in_written_input(ctx: _Pass, value: Any) -> bool:
+def _in_written_input(ctx: Pass, value: Any) -> bool:
     """Whether ``value`` now lives in the memory of a graph input some call wrote in place."""
     return (
         isinstance(value, fx.Node)
@@ -28,7 +28,7 @@ def _in_written_input(ctx: _Pass, value: Any) -> bool:
     )
 
 
-def _copy_returned_inputs(ctx: _Pass) -> None:
+def copy_returned_inputs(ctx: Pass) -> None:
     """Return a copy of each fresh output that now lives in a graph input's memory because a
     call wrote that input in place (Note [Returned values of written inputs]); the copy is made
     at the end of the graph, where the input holds the value the output denotes."""
@@ -49,26 +49,26 @@ def _copy_returned_inputs(ctx: _Pass) -> None:
                 clones[arg] = emit_clone(ctx, arg)
         return clones[arg]
 
-    flat = _flat_outputs(out)
+    flat = flat_outputs(out)
     if flat is not None:
         out.args = (type(flat)(separate(i, a) for i, a in enumerate(flat)),)
     else:
         out.args = fx.node.map_arg(out.args, lambda a: separate(-1, a))
 
 
-def _keep_saved_inputs(ctx: _Pass) -> None:
+def keep_saved_inputs(ctx: Pass) -> None:
     """Keep the backward from reusing the memory of a saved tensor that a call wrote into a
     graph input in place (Note [Saved values of written inputs])."""
     saved = ctx.saved
     if saved is None or not ctx.written_inputs:
         return
-    flat = _flat_outputs(ctx.gm.graph.output_node())
+    flat = flat_outputs(ctx.gm.graph.output_node())
     drop = {saved.donated_index(p) for p in saved.positions if _in_written_input(ctx, flat[p])}
     if drop:
         saved.donated[:] = [i for i in saved.donated if i not in drop]
 
 
-def _remove_self_copies(graph: fx.Graph) -> None:
+def remove_self_copies(graph: fx.Graph) -> None:
     """``copy_(x, x)`` is what an epilogue copy-back becomes once its buffer is written in place."""
     for n in copy_calls(graph):
         if n.args[0] is n.args[1]:

@@ -62,7 +62,7 @@ class Policy:
     hidden_writes_op: Any = None
     # Graph repairs run before the facts are gathered, in order, each given the graph.
     before: tuple[Callable[[fx.Graph], Any], ...] = ()
-    # Graph repairs run after the rewrite, in order, each given the pass's context (``_Pass``:
+    # Graph repairs run after the rewrite, in order, each given the pass's context (``Pass``:
     # the graph module, the analysis and the facts).
     after: tuple[Callable[[Any], Any], ...] = ()
     # Whether the pass lints the graph when done (a backend that lints after its own passes,

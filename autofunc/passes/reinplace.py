@@ -55,23 +55,23 @@ from .emit import (
     pin_layout,
 )
 from .facts import (
-    _aliased_args,
-    _Buffer,
-    _buffers,
-    _epilogue_copies,
-    _output_nodes,
-    _outputs_regenerated_from_inputs,
-    _Pass,
-    _saved_tensors,
-    _written,
+    Buffer,
+    Pass,
+    aliased_args,
+    buffers,
+    epilogue_copies,
+    output_nodes,
+    outputs_regenerated_from_inputs,
+    saved_tensors,
+    written_regions,
 )
 from .inductor_repairs import INDUCTOR  # only for the deprecated for_inductor=True
 from .lazy_reads import Realization, realize_before
-from .outputs import _copy_returned_inputs, _keep_saved_inputs, _remove_self_copies
+from .outputs import copy_returned_inputs, keep_saved_inputs, remove_self_copies
 from .policy import GENERIC, Policy
 from .report import CallReport, Decision, Reason, Report
-from .rules import RULES, Rule, _decide, _Query
-from .scatters import _fold_scatters
+from .rules import RULES, Query, Rule, decide
+from .scatters import fold_scatters
 from .walks import view_walk
 
 __all__ = ["RULES", "Rule", "reinplace"]
@@ -175,26 +175,26 @@ def _reinplace(gm: fx.GraphModule, enable: bool, is_inference: bool | None, poli
             repair(gm.graph)
         tag_new_copies(gm.graph, before, CopyKind.REPAIR)  # Note [Every copy in the report]
     out = gm.graph.output_node()
-    regenerated = _outputs_regenerated_from_inputs(out)
-    ctx = _Pass(
+    regenerated = outputs_regenerated_from_inputs(out)
+    ctx = Pass(
         gm=gm,
         analysis=AliasAnalysis(gm.graph, lazy_reader=policy.lazy_reader),
-        epilogue=_epilogue_copies(gm.graph),
-        outputs=_output_nodes(out, regenerated),
+        epilogue=epilogue_copies(gm.graph),
+        outputs=output_nodes(out, regenerated),
         fake_mode=fake_mode_of([n.meta.get("val") for n in gm.graph.nodes]),
         enable=enable,
         training=not is_inference,
         policy=policy,
-        saved=None if is_inference else _saved_tensors(out),
+        saved=None if is_inference else saved_tensors(out),
         regenerated=regenerated,
     )
     for node in hops:
         # Read again where rewriting an earlier call replaced the nodes this one takes.
         report.calls.append(_rewrite_call(ctx, node, read_node(node)))
-    _remove_self_copies(gm.graph)
+    remove_self_copies(gm.graph)
     with copying(ctx, CopyKind.OUTPUT):
-        _copy_returned_inputs(ctx)
-    _keep_saved_inputs(ctx)
+        copy_returned_inputs(ctx)
+    keep_saved_inputs(ctx)
     if policy.after:
         before = copy_node_set(gm.graph)
         with copying(ctx, CopyKind.REPAIR):
@@ -241,21 +241,21 @@ def _mutation_nodes(graph: fx.Graph) -> list[fx.Node]:
 # -- step 3: rewrite --------------------------------------------------------------------------
 
 
-def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
-    bufs = _buffers(m)
+def _rewrite_call(ctx: Pass, node: fx.Node, m: Mutation) -> CallReport:
+    bufs = buffers(m)
     analysis, graph = ctx.analysis, ctx.gm.graph
     decisions, new_bufs, arg_bases = [], [], []
     outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
     keys: dict[int, list[Any]] = {i: [buf.out_index] for i, buf in enumerate(bufs)}
     for key, i in m.also_keys:  # outputs that hold a buffer's new value too
         keys[i].append(key)
-    inplace: list[_Buffer] = []
+    inplace: list[Buffer] = []
     # Note [Every copy in the report]: the copies that write this call's values back
     tag_write_backs((outs[key] for ks in keys.values() for key in ks if key in outs), node.name)
     with graph.inserting_before(node), copying(ctx, CopyKind.CLONE, node.name):
         for k, buf in enumerate(bufs):
-            query = _Query(ctx, node, m, buf, bufs, tuple(inplace))
-            reason, detail = _decide(query)
+            query = Query(ctx, node, m, buf, bufs, tuple(inplace))
+            reason, detail = decide(query)
             if reason is Reason.INPLACE and query.realize is not None:
                 # Note [Reads moved back before the call], Note [Lazy reads computed before
                 # the call]
@@ -278,7 +278,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
             # every buffer of a call that fixes no layout itself (Note [Region operands keep
             # no computed layout] in hops/subgraph.py)
             fix = ctx.policy.fix_aliased_layouts
-            aliased = fix and (not m.fixes_layouts or _aliased_args(buf, _written(analysis, buf)))
+            aliased = fix and (not m.fixes_layouts or aliased_args(buf, written_regions(analysis, buf)))
             if reason is Reason.INPLACE:
                 root = analysis.input_of(buf.node)
                 if root is not None:
@@ -301,7 +301,7 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
                 graph.erase_node(o)
             # Note [Buffers of one call decided in turn]
             if reason is Reason.INPLACE and buf.node.op != "placeholder":
-                _fold_scatters(ctx, buf.node)
+                fold_scatters(ctx, buf.node)
                 # after the fold: the scatters of the next buffers still start from the root
                 _pin_unrealized_root(ctx, buf.node)
         call, num_returns = _emit_call(ctx, node, m, arg_bases)
@@ -319,13 +319,13 @@ def _rewrite_call(ctx: _Pass, node: fx.Node, m: Mutation) -> CallReport:
 # A call may write several views of one graph input (``kernel(kv[l, 0], kv[l, 1])`` through a
 # Triton kernel or v1): functionalization scatters the first view's new value into the input,
 # then the second's into that result. A buffer written in place has its output replaced by the
-# buffer and its scatters folded (``_fold_scatters``) before the next buffer of the same call is
+# buffer and its scatters folded (``fold_scatters``) before the next buffer of the same call is
 # decided, so the next one sees the graph as the rewrite leaves it, as the buffers of a later
 # call do: its own scatters then fold into the input too, where deciding all buffers first
 # would see the first one's unfolded scatter as a read of the old input and copy the second.
 
 
-def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
+def _realize_whole(ctx: Pass, buf: Buffer) -> bool:
     """Whether to pin the layout of a buffer written in place through views (``pin_layout``).
 
     Note [Views of unrealized buffers under Inductor]
@@ -342,7 +342,7 @@ def _realize_whole(ctx: _Pass, buf: _Buffer) -> bool:
     )
 
 
-def _pin_unrealized_root(ctx: _Pass, buf: fx.Node) -> None:
+def _pin_unrealized_root(ctx: Pass, buf: fx.Node) -> None:
     """Make the chain of views ``buf`` starts from a buffer Inductor has not computed yet start
     from a pinned alias of it instead (``pin_layout``).
 
@@ -382,7 +382,7 @@ def _pin_unrealized_root(ctx: _Pass, buf: fx.Node) -> None:
 
 
 def _emit_call(
-    ctx: _Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]
+    ctx: Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]
 ) -> tuple[fx.Node, int | None]:
     """The direct call (``m.direct_call``), with each mutable argument regenerated from its
     (new) buffer; returns it and how many op outputs it has, ``None`` where the call itself is
@@ -429,7 +429,7 @@ def _emit_call(
     return call, (None if n == 1 and not direct.returns_tuple else n)
 
 
-def _tensor_outputs(ctx: _Pass, call: fx.Node, n: int) -> list[fx.Node]:
+def _tensor_outputs(ctx: Pass, call: fx.Node, n: int) -> list[fx.Node]:
     """The tensor outputs of ``call`` (``getitem``s of it, or the call itself), which the
     declaration after it takes so that the call stays even when nothing else uses them (Note
     [Writes Inductor cannot see] in emit.py)."""

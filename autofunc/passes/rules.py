@@ -1,6 +1,6 @@
 """Phase 2 of the re-inplace pass: the soundness rules. Each rule looks at one buffer of one
-call (a :class:`_Query`) and returns why it must be cloned, or ``None``; ``RULES`` asks them in
-order and :func:`_decide` returns the first objection. What a rule must respect about the
+call (a :class:`Query`) and returns why it must be cloned, or ``None``; ``RULES`` asks them in
+order and :func:`decide` returns the first objection. What a rule must respect about the
 backend (R5, R8, R9) it reads off ``ctx.policy`` (``policy.py``). Nothing here rewrites the graph.
 """
 
@@ -17,32 +17,34 @@ from ..regions import Region
 from ..symbolic import contiguous_or_false, overlaps_itself, nbytes_hint
 from .alias import SCATTER_VIEWS
 from .facts import (
-    _aliased_args,
-    _Buffer,
-    _other_tensor_args,
-    _output_of,
-    _output_positions,
-    _Pass,
-    _written,
+    Buffer,
+    Pass,
+    aliased_args,
+    other_tensor_args,
+    output_of,
+    output_positions,
+    written_regions,
 )
 from .lazy_reads import Realization, plan_hoist, plan_realization
 from .report import Reason
-from .scatters import _SAME_BYTES, _all_scatters_fold
+from .scatters import SAME_BYTES, all_scatters_fold
 from .walks import users_through_views, view_root, view_walk
+
+__all__ = ["RULES", "Query", "Rule", "Verdict", "decide"]
 
 # -- step 2: decide ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
-class _Query:
+class Query:
     """What one decision looks at: a buffer of a call, and the pass's facts about it."""
 
-    ctx: _Pass
+    ctx: Pass
     node: fx.Node  # the HOP call
     m: Mutation
-    buf: _Buffer
-    bufs: list[_Buffer]  # every buffer of the call, ``buf`` among them
-    inplace: tuple[_Buffer, ...] = ()  # the buffers of the call already written in place
+    buf: Buffer
+    bufs: list[Buffer]  # every buffer of the call, ``buf`` among them
+    inplace: tuple[Buffer, ...] = ()  # the buffers of the call already written in place
     # lazy values to compute before the call when the buffer is written in place (R9, R10)
     realize: Realization | None = None
     lazy_readers: tuple[fx.Node, ...] = ()  # what R9 found, for R10 to add to
@@ -54,7 +56,7 @@ class _Query:
 
     @functools.cached_property
     def written(self) -> list[Region]:
-        return _written(self.ctx.analysis, self.buf)
+        return written_regions(self.ctx.analysis, self.buf)
 
     def written_here(self, node: fx.Node) -> bool:
         """Whether ``node`` now denotes memory this call writes in place (a buffer of the call
@@ -66,19 +68,19 @@ class _Query:
 Verdict = tuple[Reason, str] | None  # a reason to clone (and its detail), or None: no objection
 
 
-def _disabled(q: _Query) -> Verdict:
+def _disabled(q: Query) -> Verdict:
     return None if q.ctx.enable else (Reason.DISABLED, "")
 
 
-def _no_value(q: _Query) -> Verdict:
+def _no_value(q: Query) -> Verdict:
     return None if q.buf.node in q.ctx.analysis.version else (Reason.NO_VALUE, q.buf.node.name)
 
 
-def _constant(q: _Query) -> Verdict:
+def _constant(q: Query) -> Verdict:
     return (Reason.CONSTANT, q.root.name) if q.root.op == "get_attr" else None
 
 
-def _overlapping_buffer(q: _Query) -> Verdict:
+def _overlapping_buffer(q: Query) -> Verdict:
     # Note [A buffer that overlaps itself] in emit.py: writing it in place would write several
     # elements into one location.
     if q.buf.node.op != "placeholder" and overlaps_itself(q.buf.node.meta["val"]):
@@ -86,7 +88,7 @@ def _overlapping_buffer(q: _Query) -> Verdict:
     return None
 
 
-def _unfixed_layout(q: _Query) -> Verdict:
+def _unfixed_layout(q: Query) -> Verdict:
     """Note [Layouts Inductor chooses]
     Inductor lays out a buffer it computes as it likes (densely) whatever strides the graph
     records, and an ``as_strided`` of it (a pinned layout, an ``as_strided`` step of a chain)
@@ -100,7 +102,7 @@ def _unfixed_layout(q: _Query) -> Verdict:
         return None
     if contiguous_or_false(buf.node.meta["val"]) and contiguous_or_false(q.root.meta["val"]):
         return None
-    whole = all(c.is_alias for c in buf.chains) and not _aliased_args(buf, q.written)
+    whole = all(c.is_alias for c in buf.chains) and not aliased_args(buf, q.written)
     if not whole or not q.m.fixes_layouts:  # Note [Region operands keep no computed layout]
         return Reason.UNFIXED_LAYOUT, buf.node.name
     # Note [A layout fixed after it was used]
@@ -114,7 +116,7 @@ def _unfixed_layout(q: _Query) -> Verdict:
     return None
 
 
-def _same_buffer_twice(q: _Query) -> Verdict:
+def _same_buffer_twice(q: Query) -> Verdict:
     """Note [One memory, two mutable buffers]
     A node's semantics give each of its buffers a copy of its own, also when two of them are
     one memory (a kernel given one tensor as two written pointers; ``op(x, y)`` once Inductor
@@ -125,15 +127,15 @@ def _same_buffer_twice(q: _Query) -> Verdict:
     analysis = q.ctx.analysis
     for other in q.inplace:
         if other is not q.buf and analysis.may_overlap(
-            other.node, _written(analysis, other), q.buf.node, q.written
+            other.node, written_regions(analysis, other), q.buf.node, q.written
         ):
             return Reason.SAME_BUFFER_TWICE, f"with {other.node.name}"
     return None
 
 
-def _read_by_call(q: _Query) -> Verdict:
+def _read_by_call(q: Query) -> Verdict:
     analysis = q.ctx.analysis
-    for arg in _other_tensor_args(q.m):
+    for arg in other_tensor_args(q.m):
         if not analysis.same_memory(arg, q.buf.node):
             continue  # (no region to compute)
         if analysis.may_overlap(arg, [analysis.region(arg)], q.buf.node, q.written):
@@ -141,7 +143,7 @@ def _read_by_call(q: _Query) -> Verdict:
     return None
 
 
-def _graph_input(q: _Query) -> Verdict:
+def _graph_input(q: Query) -> Verdict:
     """R8: a buffer in a graph input's memory is written in place only when the graph
     copies a value back into that input after the call and the outputs cannot tell.
 
@@ -163,7 +165,7 @@ def _graph_input(q: _Query) -> Verdict:
     copy = ctx.epilogue.get(root)
     if copy is None or ctx.analysis.position[copy] < ctx.analysis.position[q.node]:
         return Reason.GRAPH_INPUT, root.name
-    out = _output_of(q.node, q.buf)
+    out = output_of(q.node, q.buf)
     whole = q.buf.node is root
     if not whole:
         reason = _view_of_input(ctx, q.buf, root, out)
@@ -198,7 +200,7 @@ def _own_input(node: fx.Node, root: fx.Node) -> fx.Node:
     return base if base.op == "placeholder" else root
 
 
-def _view_of_input(ctx: _Pass, buf: _Buffer, root: fx.Node, out: fx.Node | None) -> Reason | None:
+def _view_of_input(ctx: Pass, buf: Buffer, root: fx.Node, out: fx.Node | None) -> Reason | None:
     """Why a buffer that is a view of graph input ``root`` cannot be written in place whatever
     the copy-back and the outputs (those ``_graph_input`` checks for whole inputs too), or
     ``None``.
@@ -211,7 +213,7 @@ def _view_of_input(ctx: _Pass, buf: _Buffer, root: fx.Node, out: fx.Node | None)
     copy-back exists (else the input must keep its old value): the scatters read around what
     they replace (Note [Scatters read around what they replace]), every other later read of the
     old input is checked like any other buffer's, and each scatter of the written view into
-    itself is then removed (``_fold_scatters``). Under Inductor every such scatter must fold
+    itself is then removed (``fold_scatters``). Under Inductor every such scatter must fold
     (Inductor cannot lower a scatter of a dtype view of an input's view).
     """
     if not any(n is root for n in view_walk(buf.node)):  # ``buf`` is ``root`` through views
@@ -219,13 +221,13 @@ def _view_of_input(ctx: _Pass, buf: _Buffer, root: fx.Node, out: fx.Node | None)
     if (
         ctx.policy.scatters_must_fold
         and out is not None
-        and not _all_scatters_fold(ctx.analysis, out, buf.node)
+        and not all_scatters_fold(ctx.analysis, out, buf.node)
     ):
         return Reason.VIEW_OF_INPUT
     return None
 
 
-def _returned_copy_back(ctx: _Pass, copy: fx.Node) -> Reason | None:
+def _returned_copy_back(ctx: Pass, copy: fx.Node) -> Reason | None:
     """Why the outputs forbid writing a graph input in place, given the value ``copy`` writes
     back into it, or ``None``.
 
@@ -236,7 +238,7 @@ def _returned_copy_back(ctx: _Pass, copy: fx.Node) -> Reason | None:
     which eager never returns for a fresh tensor (pytorch#195451, where PyTorch's built-in
     returns exactly that). When each such output *is* that value (the same version, not an
     older one that shares its memory), the input holds it at the end of the graph, so the
-    output is copied there (``outputs._copy_returned_inputs``): the copy eager made, never a copy of
+    output is copied there (``outputs.copy_returned_inputs``): the copy eager made, never a copy of
     the whole input. In a training graph the output may also be saved for the backward, which
     AOTAutograd may let overwrite it, so the clone stays.
     """
@@ -252,7 +254,7 @@ def _returned_copy_back(ctx: _Pass, copy: fx.Node) -> Reason | None:
     return None
 
 
-def _only_saved(ctx: _Pass, outputs: list[fx.Node]) -> bool:
+def _only_saved(ctx: Pass, outputs: list[fx.Node]) -> bool:
     """Whether the forward returns each of ``outputs`` only as a tensor it saves for the
     backward, where the pass can keep the backward from reusing its memory.
 
@@ -263,7 +265,7 @@ def _only_saved(ctx: _Pass, outputs: list[fx.Node]) -> bool:
     is the caller's buffer, which the backward would then overwrite (PyTorch's built-in does
     exactly that: the buffer is wrong after ``backward()``). When every output in that memory
     is such a saved tensor and is the value copied back, the pass writes in place and drops the
-    tensor from ``bw_donated_idxs`` (``outputs._keep_saved_inputs``): the backward reads the buffer, as
+    tensor from ``bw_donated_idxs`` (``outputs.keep_saved_inputs``): the backward reads the buffer, as
     eager's backward reads the tensor it saved. A user output there keeps the clone.
     """
     saved = ctx.saved
@@ -271,12 +273,12 @@ def _only_saved(ctx: _Pass, outputs: list[fx.Node]) -> bool:
         return False
     out = ctx.gm.graph.output_node()
     return all(
-        (places := _output_positions(out, o)) and all(p in saved.positions for p in places)
+        (places := output_positions(out, o)) and all(p in saved.positions for p in places)
         for o in outputs
     )
 
 
-def _overwritten_output(ctx: _Pass, own: fx.Node | None, copy: fx.Node) -> fx.Node | None:
+def _overwritten_output(ctx: Pass, own: fx.Node | None, copy: fx.Node) -> fx.Node | None:
     """A graph output that views ``own`` (the value a call writes into a graph input), when
     the graph copies a later value into that input, or ``None``.
 
@@ -296,7 +298,7 @@ def _overwritten_output(ctx: _Pass, own: fx.Node | None, copy: fx.Node) -> fx.No
         src = todo.pop()
         for user in src.users:
             if user not in values and (
-                user.target in _SAME_BYTES
+                user.target in SAME_BYTES
                 or (user.target in SCATTER_VIEWS and len(user.args) > 1 and user.args[1] is src)
             ):
                 values.add(user)
@@ -307,7 +309,7 @@ def _overwritten_output(ctx: _Pass, own: fx.Node | None, copy: fx.Node) -> fx.No
     return next((o for o in ctx.outputs for v in values if analysis.same_memory(o, v)), None)
 
 
-def _lazy_read(q: _Query) -> Verdict:
+def _lazy_read(q: Query) -> Verdict:
     # Note [Lazy reads under Inductor]: Inductor computes a pointwise read (or a reduction over
     # one element) only where its result is needed, which can be after an opaque op wrote that
     # memory in place: it does not order such pending reads before a custom op's mutation.
@@ -329,7 +331,7 @@ def _lazy_read(q: _Query) -> Verdict:
     return Reason.LAZY_READ, f"by {readers[0].name}"
 
 
-def _read_later(q: _Query) -> Verdict:
+def _read_later(q: Query) -> Verdict:
     ctx = q.ctx
     readers = ctx.analysis.reads_after(q.node, q.buf.node, q.written)
     # a reader an earlier call moved back before its own call (Note [Reads moved back before
@@ -351,7 +353,7 @@ class Rule(NamedTuple):
     """One soundness rule: ``check`` returns why the buffer must be cloned, or ``None``."""
 
     name: str
-    check: Callable[[_Query], Verdict]
+    check: Callable[[Query], Verdict]
 
 
 # The rules, in the order they are asked; a buffer is written in place when none objects. The
@@ -371,7 +373,7 @@ RULES: tuple[Rule, ...] = (  # R1..R10: the table in reinplace()'s docstring
 )
 
 
-def _decide(q: _Query) -> tuple[Reason, str]:
+def decide(q: Query) -> tuple[Reason, str]:
     """Whether ``q.buf`` may be written in place (Reason.INPLACE) or why it must be cloned."""
     for rule in RULES:
         verdict = rule.check(q)

@@ -13,8 +13,10 @@ import torch
 import torch.fx as fx
 
 from .alias import SCATTER_VIEWS, VIEW_OPS, AliasAnalysis
-from .facts import _Pass
+from .facts import Pass
 from .walks import view_root
+
+__all__ = ["SAME_BYTES", "all_scatters_fold", "fold_scatters"]
 
 log = logging.getLogger("autofunc.passes.scatters")
 
@@ -23,10 +25,10 @@ _aten = torch.ops.aten
 
 
 # Views that keep the bytes and the geometry (up to the element size).
-_SAME_BYTES = frozenset({_aten.view.dtype, _aten.alias.default, _aten.detach.default})
+SAME_BYTES = frozenset({_aten.view.dtype, _aten.alias.default, _aten.detach.default})
 
 
-def _fold_scatters(ctx: _Pass, buf: fx.Node) -> None:
+def fold_scatters(ctx: Pass, buf: fx.Node) -> None:
     """Remove the scatters of ``buf`` (just written in place) into the memory it views.
 
     ``select_scatter(x, buf', 0, l)``, where ``buf'`` is ``buf`` up to dtype views and ``buf``
@@ -40,14 +42,14 @@ def _fold_scatters(ctx: _Pass, buf: fx.Node) -> None:
     starts = [buf]
     while starts:
         start = starts.pop()
-        view = view_root(start, _SAME_BYTES)
+        view = view_root(start, SAME_BYTES)
         if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
             continue
         todo, seen = [start], {start}
         while todo:
             src = todo.pop()
             for user in list(src.users):
-                if user.target in _SAME_BYTES and user not in seen:
+                if user.target in SAME_BYTES and user not in seen:
                     seen.add(user)
                     todo.append(user)
                 elif _folds(analysis, user, src, view):
@@ -145,11 +147,11 @@ def _scatter_window(scatter: fx.Node) -> tuple[int, Any, Any] | None:
     return dim % val.dim(), start, end
 
 
-def _all_scatters_fold(analysis: AliasAnalysis, out: fx.Node, buf: fx.Node) -> bool:
+def all_scatters_fold(analysis: AliasAnalysis, out: fx.Node, buf: fx.Node) -> bool:
     """Whether every scatter of ``out`` (a HOP output, through views keeping its bytes) would
     be folded once ``buf`` is written in place and ``out`` replaced by it: then no scatter of a
     dtype view of a graph input reaches Inductor, whose lowering does not support one."""
-    view = view_root(buf, _SAME_BYTES)
+    view = view_root(buf, SAME_BYTES)
     if not isinstance(view, fx.Node) or view.op != "call_function" or not view.args:
         # nothing left to fold: ``out`` must not be scattered anywhere else
         return not any(u.target in SCATTER_VIEWS and u.args[1] is out for u in out.users)
@@ -157,7 +159,7 @@ def _all_scatters_fold(analysis: AliasAnalysis, out: fx.Node, buf: fx.Node) -> b
     while todo:
         src = todo.pop()
         for user in src.users:
-            if user.target in _SAME_BYTES and user not in seen:
+            if user.target in SAME_BYTES and user not in seen:
                 seen.add(user)
                 todo.append(user)
             elif user.target in SCATTER_VIEWS:
@@ -166,7 +168,7 @@ def _all_scatters_fold(analysis: AliasAnalysis, out: fx.Node, buf: fx.Node) -> b
                 if not (
                     user.args[1] is src
                     and _folds(analysis, user, src, view)
-                    and _all_scatters_fold(analysis, user, user.args[0])
+                    and all_scatters_fold(analysis, user, user.args[0])
                 ):
                     return False
     return True

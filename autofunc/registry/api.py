@@ -21,7 +21,7 @@ from torch._ops import OpOverload, OpOverloadPacket
 from .. import guards
 from ..errors import AutofuncError, UnsupportedOpError
 from ..schema import OpInfo, op_info, qualname, resolve
-from .routing import _install_pass, _route, _state
+from .routing import registry_state, route, run_backend_hooks
 from .state import STRATEGIES
 
 __all__ = [
@@ -48,7 +48,7 @@ class Registration:
     def remove(self) -> None:
         with guards.compile_lock():  # Note [Registrations wait for compiles]
             for name in self.ops:
-                _state.release(name, self._generation)
+                registry_state.release(name, self._generation)
             _release_if_unused()
 
     def __enter__(self) -> Registration:
@@ -60,12 +60,12 @@ class Registration:
 
 def registrations() -> dict[str, str]:
     """``{op qualname: strategy}`` of every op autofunc currently functionalizes."""
-    return _state.strategies()
+    return registry_state.strategies()
 
 
 def registered_strategy(op: OpOverload | str) -> str | None:
     """The strategy ``op`` is registered with, or ``None``."""
-    return _state.strategy(op if isinstance(op, str) else qualname(op))
+    return registry_state.strategy(op if isinstance(op, str) else qualname(op))
 
 
 def register(
@@ -99,18 +99,18 @@ def _register(op: Any, strategy: str, cpp_functionalize: bool | None, who: str) 
     """:func:`register`, its errors naming ``who``: the call the user made."""
     infos = _infos(op, who, strategy)
     with guards.compile_lock():  # Note [Registrations wait for compiles]
-        gen = _state.new_generation()
+        gen = registry_state.new_generation()
         first_time = False
         for info in infos:
-            first_time |= _route(info, cpp_functionalize)
-            _state.claim(info.qualname, strategy, gen)
+            first_time |= route(info, cpp_functionalize)
+            registry_state.claim(info.qualname, strategy, gen)
             log.debug("registered %s with strategy %s", info.qualname, strategy)
         if first_time:
             # Frames compiled before this op was ever registered ran no autofunc code, so they
             # carry no guard on the registrations (Note [Guarding on the registrations]):
             # recompile them.
             guards.drop_compiled_code()
-        _install_pass()
+        run_backend_hooks()
     return Registration(tuple(i.qualname for i in infos), strategy, gen)
 
 
@@ -133,24 +133,24 @@ def override(strategy: str | None, ops: Iterable[Any] = ()):
     infos = (
         _infos(ops, "autofunc.override", strategy or "v2")
         if ops
-        else [op_info(resolve(name)) for name in _state.strategies()]
+        else [op_info(resolve(name)) for name in registry_state.strategies()]
     )
     lock = guards.compile_lock()  # Note [Registrations wait for compiles]: each change, not the
     with lock:  # block (compiles in the block run in this thread or wait for the change alone)
-        saved = _state.snapshot(i.qualname for i in infos)
+        saved = registry_state.snapshot(i.qualname for i in infos)
     try:
         with lock:
             for info in infos:
                 if strategy is not None:
                     # An op keeps the Functionalize kernel it has (registered on request).
-                    _route(info, True if _state.has_kernel(info.qualname) else None)
-                _state.set_strategy(info.qualname, strategy)
+                    route(info, True if registry_state.has_kernel(info.qualname) else None)
+                registry_state.set_strategy(info.qualname, strategy)
             if strategy is not None:
-                _install_pass()
+                run_backend_hooks()
         yield
     finally:
         with lock:
-            _state.restore(saved)
+            registry_state.restore(saved)
 
 
 def _infos(op: Any, who: str, strategy: str) -> list[OpInfo]:
@@ -190,7 +190,7 @@ def add_release_hook(hook: Callable[[], None]) -> None:
 
 
 def _release_if_unused() -> None:
-    if not _state.strategies():
+    if not registry_state.strategies():
         for hook in _release_hooks:
             hook()
 

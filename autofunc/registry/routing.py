@@ -1,6 +1,6 @@
 """Routing a registered op's functionalization to autofunc's HOPs.
 
-Owns the process's :class:`RegistryState` (``_state``) and what reads it on every call: the rule
+Owns the process's :class:`RegistryState` (``registry_state``) and what reads it on every call: the rule
 installed with ``torch.library.register_torch_dispatch(op, FunctionalTensorMode, rule)``, the
 public hook that ``torch.compile``, ``torch.export`` and ``make_fx`` under functionalization all
 go through; the op's ``Functionalize``-key kernel (C++ functionalization); the choice of v1 or v2
@@ -47,7 +47,7 @@ def add_backend_hook(hook: Callable[[], None]) -> None:
         _backend_hooks.append(hook)
 
 
-def _install_pass() -> None:
+def run_backend_hooks() -> None:
     for hook in _backend_hooks:
         hook()
 
@@ -110,20 +110,20 @@ def _cpp_functionalize_api() -> Any:
 
 
 # The process's one registry state; the dispatch rule and the kernel read it on every call.
-_state = RegistryState(_install_rule, _install_functionalize_kernel)
+registry_state = RegistryState(_install_rule, _install_functionalize_kernel)
 
 
 def state_token() -> tuple:
     """The registrations as a hashable value: equal values mean equal registrations."""
-    return _state.token
+    return registry_state.token
 
 
-def _route(info: OpInfo, cpp_functionalize: bool | None = None) -> bool:
+def route(info: OpInfo, cpp_functionalize: bool | None = None) -> bool:
     """Install autofunc's dispatch rule and, where wanted, its Functionalize kernel for
     ``info.op`` (idempotent). Returns whether the rule was installed just now, for the first
     time."""
-    first = _state.install_rule(info.op)
-    _state.use_kernel(info.qualname, _wants_functionalize_kernel(info, cpp_functionalize), info.op)
+    first = registry_state.install_rule(info.op)
+    registry_state.use_kernel(info.qualname, _wants_functionalize_kernel(info, cpp_functionalize), info.op)
     return first
 
 
@@ -142,19 +142,19 @@ def _wants_functionalize_kernel(info: OpInfo, cpp_functionalize: bool | None) ->
 def _functional_rule(mode: FunctionalTensorMode, func: OpOverload, types, args, kwargs) -> Any:
     # Whatever this call becomes, the frame being compiled depends on the registrations.
     guards.guard_current_compile(state_token)
-    if _state.strategy(qualname(func)) is None:  # unregistered: PyTorch's default handling
+    if registry_state.strategy(qualname(func)) is None:  # unregistered: PyTorch's default handling
         return mode.__torch_dispatch__(func, types, args, kwargs)
     return _functionalize_call(PythonFunctionalizeAPI(mode=mode), func, args, kwargs)
 
 
 def _functionalize_call(ctx: Any, func: OpOverload, args: tuple, kwargs: dict | None) -> Any:
-    strategy = _state.strategy(qualname(func)) or "v2"
+    strategy = registry_state.strategy(qualname(func)) or "v2"
     if strategy == "v1":
         why = _v1_needs_v2(ctx, func, args, kwargs or {})
         if why is not None:
             log.debug("%s: %s; this call uses v2", func, why)
             strategy = "v2"
-    _install_pass()  # Note [Backend hooks]: this thread may lack the Inductor pass
+    run_backend_hooks()  # Note [Backend hooks]: this thread may lack the Inductor pass
     if strategy == "v1":
         return functionalize_v1(ctx, func, args, kwargs or {})
     return functionalize_v2(ctx, func, args, kwargs or {})

@@ -38,7 +38,7 @@ class RegistrySnapshot:
 
 
 class RegistryState:
-    """The registry's state, in one place; ``routing._state`` is the process's one instance.
+    """The registry's state, in one place; ``routing.registry_state`` is the process's one instance.
 
     Registration state, which :meth:`snapshot` saves and :meth:`restore` puts back:
 

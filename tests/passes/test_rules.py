@@ -1,5 +1,5 @@
 """The pass's soundness rules one by one (``autofunc.passes.rules.RULES``): each rule's check
-on a hand-made query, and ``_decide``'s contract (the first objection wins; none: in place).
+on a hand-made query, and ``decide``'s contract (the first objection wins; none: in place).
 Whole programs that reach each rule are in test_reinplace.py and test_inductor_hazards.py."""
 
 import types
@@ -11,7 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from autofunc import Reason
 from autofunc.passes import rules as R
-from autofunc.passes.facts import _Buffer
+from autofunc.passes.facts import Buffer
 from autofunc.passes.policy import GENERIC
 
 
@@ -21,8 +21,8 @@ def _query(buf_node, *, enable=True, version=None, root=None):
         root={} if root is None else root,
     )
     ctx = types.SimpleNamespace(enable=enable, analysis=analysis, policy=GENERIC)
-    buf = _Buffer(buf_node, 0, ["x"], [])
-    return R._Query(ctx, None, None, buf, [buf])
+    buf = Buffer(buf_node, 0, ["x"], [])
+    return R.Query(ctx, None, None, buf, [buf])
 
 
 def _node(graph, op, name, val):
@@ -94,7 +94,7 @@ def test_first_objection_wins(monkeypatch):
     monkeypatch.setattr(
         R, "RULES", (rule("a", None), rule("b", (Reason.READ_LATER, "b")), rule("c", None))
     )
-    assert R._decide(None) == (Reason.READ_LATER, "b")
+    assert R.decide(None) == (Reason.READ_LATER, "b")
     assert seen == ["a", "b"]  # later rules are not asked
     monkeypatch.setattr(R, "RULES", (rule("a", None),))
-    assert R._decide(None) == (Reason.INPLACE, "")
+    assert R.decide(None) == (Reason.INPLACE, "")
