@@ -130,7 +130,8 @@ class Mutation:
     note: str = ""  # what a report of the call should add (e.g. an analysis that failed)
     # whether the backend gives each argument of the direct call exactly its recorded strides
     # by fixing the layout of a buffer it computes (a custom op, a Triton kernel); else a
-    # strided buffer the backend computes is copied into a fixed layout (rule R5)
+    # strided buffer the backend computes is copied into a fixed layout (the rule "layout
+    # Inductor chooses")
     fixes_layouts: bool = True
 
     @property

@@ -128,12 +128,13 @@ class SubgraphAdapter:
 # region with other strides than its other calls, which Inductor refuses ("subgraph args must
 # have consistent values", fuzz seed 20261261 #242; PyTorch's own handling gives a wrong result
 # there). So a non-contiguous computed buffer of a region call is copied into a fixed layout,
-# like any such buffer taken other than whole (R5, Note [Layouts Inductor chooses]), and every
-# buffer of a region call gets a fixed layout: an ``as_strided`` alias when written in place, a
-# span copy when cloned (Note [Clones for Inductor]). A plain ``empty_strided`` + ``copy_``
-# clone is not fixed (Inductor turns the copy into a computed buffer of its own layout), and
-# ``invoke_subgraph`` copies an operand whose layout differs from its recorded strides: the
-# region then writes that copy (seen on #242 once the first fix was in).
+# like any such buffer taken other than whole (the rule "layout Inductor chooses", Note [Layouts
+# Inductor chooses]), and every buffer of a region call gets a fixed layout: an ``as_strided``
+# alias when written in place, a span copy when cloned (Note [Clones for Inductor]). A plain
+# ``empty_strided`` + ``copy_`` clone is not fixed (Inductor turns the copy into a computed
+# buffer of its own layout), and ``invoke_subgraph`` copies an operand whose layout differs from
+# its recorded strides: the region then writes that copy (seen on #242 once the first fix was
+# in).
 
 
 def _schema(node: Any) -> Any:

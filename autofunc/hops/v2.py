@@ -304,15 +304,15 @@ def eager_aliases(info: OpInfo, arguments: dict, ctx: Any = None) -> list[ReadAl
     that memory, which is its contract: what it reads may be what it has already written.
     Functionalized plainly, the op would read the old ``q`` and write a copy, a call eager never
     made: another result for an op that reads what it wrote (``copy_into``), and a copy the
-    re-inplace pass must keep (the read overlaps the write: rule R7, ``READ_BY_CALL``). So the
-    read argument is not passed to the HOP at all: ``_aliases`` names it and the mutable
-    argument whose memory it is, and the HOP hands the op the regenerated mutable tensor for
-    both (a fresh ``alias`` of it where eager passed two objects: Note [Arguments keep their
-    identity] in common.py), whether the pass then writes the base in place or keeps a clone for
-    another reason: the read sees the written memory either way, as in eager. Which reads
-    qualify: Note [A read argument over exactly the written memory] in common.py. Only a
-    single-tensor mutable argument is named (the wire names it); a read of a list element's
-    memory stays a read of its own.
+    re-inplace pass must keep (the read overlaps the write: the rule "read by the same call",
+    ``READ_BY_CALL``). So the read argument is not passed to the HOP at all: ``_aliases`` names
+    it and the mutable argument whose memory it is, and the HOP hands the op the regenerated
+    mutable tensor for both (a fresh ``alias`` of it where eager passed two objects:
+    Note [Arguments keep their identity] in common.py), whether the pass then writes the base in
+    place or keeps a clone for another reason: the read sees the written memory either way, as
+    in eager. Which reads qualify: Note [A read argument over exactly the written memory] in
+    common.py. Only a single-tensor mutable argument is named (the wire names it); a read of a
+    list element's memory stays a read of its own.
     """
     singles = {
         a.name: arguments[a.name]

@@ -346,11 +346,12 @@ class AliasAnalysis:
         *unread* in the scatter's result: every read of that result's memory (its memory
         class: views of it, later scatters folded into it, calls' values written into it,
         reads through a copy-back into an input) either misses ``w``, or is a scatter that
-        replaces all of ``w``, or is a scatter whose own copy of ``w`` is unread in turn.
-        The question is asked per read the rules look at (R9 and R10), once per written region,
-        with a worklist over the chain; the reads of the result are those of the graph as it
-        stands, so one that observes the element at any position counts (order is not needed:
-        the result is fresh, nothing before it reads it).
+        replaces all of ``w``, or is a scatter whose own copy of ``w`` is unread in turn. The
+        question is asked per read the read rules look at ("lazy read under Inductor", "old
+        value read later"), once per written region, with a worklist over the chain; the reads
+        of the result are those of the graph as it stands, so one that observes the element at
+        any position counts (order is not needed: the result is fresh, nothing before it reads
+        it).
 
         What keeps it sound: the elements are compared in one set of coordinates only, so each
         step requires the scatter's input to cover its version exactly (the same size, stride,

@@ -1,7 +1,7 @@
-"""Phase 1 of the re-inplace pass (Note [Pipeline] in ``reinplace.py``): the facts gathered
-before any decision: what each call writes (its buffers and their regions), the graph's
-epilogue copy-backs, the last version of each buffer along a chain of calls, and the graph's
-outputs. Pure queries of the graph; nothing here rewrites it.
+"""Steps 2 and 3a of the re-inplace pass (Note [Pipeline] in ``reinplace.py``): the facts
+gathered before any decision: the graph's epilogue copy-backs, the last version of each buffer
+along a chain of calls and the graph's outputs (step 2), and what each call writes, its buffers
+and their regions (step 3a). Pure queries of the graph; nothing here rewrites it.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class SavedTensors:
         return self.first_index + position - self.positions.start
 
 
-# -- step 1: what each call writes ------------------------------------------------------------
+# -- step 3a: what each call writes -----------------------------------------------------------
 
 
 @dataclasses.dataclass

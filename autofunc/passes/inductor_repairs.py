@@ -1,8 +1,9 @@
-"""Inductor's policy for the re-inplace pass (``INDUCTOR``, Note [Pipeline] phase 4 in
+"""Inductor's policy for the re-inplace pass (``INDUCTOR``, Note [Pipeline] steps 1 and 5 in
 ``reinplace.py``): what Inductor evaluates lazily and the graph repairs that work around its
-lowering, run before and after the rewrite; each repair names the Inductor behaviour it works
-around. The Inductor glue (``autofunc/inductor.py``) passes ``INDUCTOR`` to ``reinplace``.
-Imports the pass's phases but not ``reinplace.py``, nor any Inductor configuration.
+lowering, run before the facts and after the rewrite; each repair names the Inductor behaviour
+it works around. The Inductor glue (``autofunc/inductor.py``) passes ``INDUCTOR`` to
+``reinplace``. Imports the pass's steps but not ``reinplace.py``, nor any Inductor
+configuration.
 """
 
 from __future__ import annotations
@@ -318,7 +319,7 @@ def _explicit_offsets_where_dropped(ctx: Pass) -> None:
     _explicit_as_strided_offsets(ctx.gm.graph, inputs_too=_inductor_drops_view_offsets())
 
 
-# -- what Inductor evaluates lazily (R9) ------------------------------------------------------
+# -- what Inductor evaluates lazily (rule "lazy read under Inductor") -------------------------
 
 # Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
 # not deferred); every other aten op may be fused into a kernel that runs where its result is
@@ -350,9 +351,9 @@ def _lazy_under_inductor(reader: fx.Node) -> bool:
 
 INDUCTOR = Policy(
     name="inductor",
-    lazy_reader=_lazy_under_inductor,  # R9, Note [Lazy reads under Inductor]
-    chooses_layouts=True,  # R5, Note [Layouts Inductor chooses]
-    scatters_must_fold=True,  # R8, Note [Views of graph inputs]
+    lazy_reader=_lazy_under_inductor,  # Note [Lazy reads under Inductor]
+    chooses_layouts=True,  # Note [Layouts Inductor chooses]
+    scatters_must_fold=True,  # Note [Views of graph inputs]
     fix_aliased_layouts=True,  # Note [Clones for Inductor]
     pin_views_of_unrealized=True,  # Note [Views of unrealized buffers under Inductor]
     alias_op=FRESH_ALIAS,  # Note [A fresh alias Inductor keeps]

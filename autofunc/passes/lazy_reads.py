@@ -6,7 +6,8 @@ a value read from a buffer before a call and used after it may be computed after
 wrote the buffer in place. Inductor's own guard does not cover an opaque op: lowering the op's
 mutation realizes the pending readers of the buffer (``GraphLowering.mark_buffer_mutated``),
 but only after the op's kernel is registered, and registration order is scheduling order, so
-they land after the write. Rule R9 therefore cloned the buffer (``Reason.LAZY_READ``).
+they land after the write. The rule "lazy read under Inductor" therefore cloned the buffer
+(``Reason.LAZY_READ``).
 
 A cheaper repair makes Inductor compute those values before the call. The *frontier* is what
 must exist before the call: starting from the readers of the written elements, the lazy nodes
@@ -26,13 +27,13 @@ nothing (Inductor computes it into the output buffer anyway), any other its size
 picks the repair only when it costs strictly less than the clone; otherwise the clone stays.
 
 Note [Reads moved back before the call]
-Inductor's ``reorder_for_locality`` (before the post-grad passes) moves a pure node down to
-just before its first user, so ``old = buf.sum(); op(buf); return buf + old`` reaches the pass
-with the sum after the call: a read of the old value later (R10). In a functional graph the
-read may as well run before the call, where its inputs all exist: such readers (pure ATen
-nodes of the kinds below, with the inputs they need that also sit after the call) move back
-to just before the call, in their order, and then count as lazy reads before it: their
-frontier is computed there. Scatters are never moved (Inductor re-inplaces a scatter into
+Inductor's ``reorder_for_locality`` (before the post-grad passes) moves a pure node down to just
+before its first user, so ``old = buf.sum(); op(buf); return buf + old`` reaches the pass with
+the sum after the call: a read of the old value later (rule "old value read later"). In a
+functional graph the read may as well run before the call, where its inputs all exist: such
+readers (pure ATen nodes of the kinds below, with the inputs they need that also sit after the
+call) move back to just before the call, in their order, and then count as lazy reads before it:
+their frontier is computed there. Scatters are never moved (Inductor re-inplaces a scatter into
 the input it is copied back to, where it stands), nor anything random, mutating, or a later
 call. The move is tried twice, the readers alone and with every lazy user they make
 computable before the call (a reduction of a read makes a smaller frontier), and the cheaper

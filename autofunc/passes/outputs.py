@@ -1,4 +1,5 @@
-"""Phase 3's last steps, after every call was rewritten: what the graph returns and saves.
+"""Step 4 of the re-inplace pass (Note [Pipeline] in ``reinplace.py``), after every call was
+rewritten: what the graph returns and saves.
 
 A buffer written in place may be a graph input's memory: a fresh output that now lives there
 is copied at the end (Note [Returned values of written inputs]), a saved one is kept from the

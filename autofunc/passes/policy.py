@@ -29,18 +29,19 @@ class Policy:
     name: str = "generic"
     # Which nodes the backend may evaluate later than their place in the graph, where a write
     # made after them is visible to them: a read before a call of a value still needed after it
-    # objects (R9, Note [Lazy reads under Inductor]; or is computed before the call, Note [Lazy
-    # reads computed before the call]). ``None``: every node runs where it stands, R9 never
-    # objects.
+    # objects (rule "lazy read under Inductor", Note [Lazy reads under Inductor]; or is
+    # computed before the call, Note [Lazy reads computed before the call]). ``None``: every
+    # node runs where it stands, that rule never objects.
     lazy_reader: Callable[[fx.Node], bool] | None = None
     # Whether the backend lays out the buffers it computes as it likes, whatever strides the
     # graph records: a non-contiguous computed buffer taken other than whole is cloned into a
-    # span whose layout is fixed (R5, Note [Layouts Inductor chooses]).
+    # span whose layout is fixed (rule "layout Inductor chooses", Note [Layouts Inductor
+    # chooses]).
     chooses_layouts: bool = False
     # Whether every scatter that writes a buffer (a view of a graph input) back into its input
-    # must fold once the buffer is written in place, else the buffer keeps its clone (R8, Note
-    # [Views of graph inputs]: Inductor cannot lower a scatter of a dtype view of an input's
-    # view).
+    # must fold once the buffer is written in place, else the buffer keeps its clone (rule
+    # "graph input: copied back, not returned", Note [Views of graph inputs]: Inductor cannot
+    # lower a scatter of a dtype view of an input's view).
     scatters_must_fold: bool = False
     # Whether a buffer that several aliasing arguments of one call share gets a fixed layout
     # (an ``as_strided`` alias when written in place, ``pin_layout``; a span copy when cloned):

@@ -7,21 +7,34 @@ backend lowering the graph does is the :class:`~autofunc.passes.policy.Policy` i
 the decisions are made by querying :class:`~autofunc.passes.alias.AliasAnalysis`.
 
 Note [Pipeline]
-The pass runs in phases, one module each:
+The pass runs these steps, in this order; the modules cite them by number.
 
-1. facts (``facts.py``, ``alias.py``): each call's buffers and the regions it writes, the
-   graph's epilogue copy-backs, its outputs (those AOTAutograd regenerates from inputs apart,
-   and the tensors a training forward saves), and the alias analysis over versions, memory
-   classes and reads;
-2. decide (``rules.py``): ``RULES`` asked in order for each buffer, the first objection wins;
-3. rewrite (this module): the direct op call on the buffer or its clone, then the scatters that
-   put back what was written in place are folded (``scatters.py``), self-copies removed, fresh
-   outputs in a written input copied at the end and saved ones kept from the backward's reuse;
-4. backend repairs, the ``before`` and ``after`` of the :class:`~autofunc.passes.policy.Policy`
-   given: graph rewrites that work around the backend's lowering, before the facts are gathered
-   and after the rewrite. ``GENERIC`` has none; ``INDUCTOR`` (``inductor_repairs.py``) works
-   around Inductor's. The policy also says what rules R5, R8 and R9 and the rewrite respect
-   about the backend (``policy.py``).
+1. Repairs before: the ``before`` of the :class:`~autofunc.passes.policy.Policy` given, graph
+   rewrites that work around the backend's lowering and that the facts must see. ``GENERIC``
+   has none; ``INDUCTOR``'s are in ``inductor_repairs.py``.
+2. Facts, once per graph (``facts.py``, ``alias.py``): the graph's epilogue copy-backs, its
+   outputs (those AOTAutograd regenerates from inputs apart), the tensors a training forward
+   saves, and the alias analysis over versions, memory classes and reads.
+3. Each call, in graph order (``_rewrite_call``):
+
+   a. read through its adapter (``hops/adapter.py``) into its buffers and the regions each
+      writes (``facts.py``); the copies that put its values back are tagged (``copies.py``);
+   b. each buffer in turn (Note [Buffers of one call decided in turn]): decided (``rules.py``:
+      ``RULES`` asked in order, the first objection wins); the reads the decision moves or
+      computes before the call put there (``lazy_reads.py``); then written in place (its
+      layout pinned where needed) or cloned (``emit.py``); written in place, the scatters that
+      put back what it wrote are folded (``scatters.py``) and the root of its views pinned
+      where the backend has not computed it;
+   c. the direct op call emitted on the buffers or their clones, the call's outputs rewired.
+4. Outputs (``outputs.py``): epilogue copies that became ``copy_(x, x)`` removed, fresh outputs
+   in a written input's memory copied at the end, saved ones kept from the backward's reuse.
+5. Repairs after: the policy's ``after``, rewrites of the rewritten graph.
+6. The graph linted (where the policy asks) and recompiled, and every copy it makes counted
+   for the report (``copies.py``).
+
+The policy (``policy.py``) also says what the rules "layout Inductor chooses", "graph input:
+copied back, not returned" and "lazy read under Inductor", and the rewrite, respect about the
+backend.
 """
 
 from __future__ import annotations
@@ -107,7 +120,9 @@ def reinplace(
     exact strides) and the op writes the clone.
 
     Soundness: ``RULES`` (``rules.py``) are asked in this order for each buffer of a call; the
-    first objection keeps the clone, and the report gives its reason:
+    first objection keeps the clone, and the report gives its reason. The labels R1, R2, ...
+    belong to this table only; code and prose name a rule by its name (``Rule.name``), so a
+    rule inserted renumbers nothing else:
 
     ==== =================================== ==================================================
     R1   disabled                            ``DISABLED``: ``enable=False``
@@ -119,31 +134,33 @@ def reinplace(
     R6   one memory, two mutable buffers     ``SAME_BUFFER_TWICE``: an overlapping buffer of the
                                              call is already written in place
     R7   read by the same call               ``READ_BY_CALL``: another argument reads what it writes
-    R8   graph input: copied back            ``GRAPH_INPUT``, ``VIEW_OF_INPUT``, ``RETURNED_INPUT``,
-                                             ``SAVED_OUTPUT``, ``RETURNED_VERSION``
+    R8   graph input: copied back, not       ``GRAPH_INPUT``, ``VIEW_OF_INPUT``, ``RETURNED_INPUT``,
+         returned                            ``SAVED_OUTPUT``, ``RETURNED_VERSION``
     R9   lazy read under Inductor            ``LAZY_READ`` (``Policy.lazy_reader``)
     R10  old value read later                ``READ_LATER``
     ==== =================================== ==================================================
 
-    R10 and R9: no node after the call reads, through any version that shares its memory, an
-    element of the regions the op writes (Inductor may also compute a read made before the
-    call after it). R7: no other argument of the same call reads those regions. R6: one memory
-    passed as two mutable buffers is written in place once (Note [One memory, two mutable
-    buffers]). R8: a graph input (or a view of one) is written in place only when the graph
-    copies a value back into it after the call (``copy_(input, v)``: the call's value, which
-    becomes a self-copy and is removed, or a later one a native in-place op or a collective
-    made; Note [Copied back later]), and that value is not also an output (the returned tensor
-    would be the input itself; a training graph may donate saved outputs to the backward), nor
-    is a view of this call's value an output when a later value is copied back (Note [A
-    returned value the copy-back overwrites]). Outputs AOTAutograd regenerates from the inputs
-    (``return kv[0]``) are not outputs of the graph's memory (Note [Outputs AOTAutograd
+    "Old value read later" and "lazy read under Inductor": no node after the call reads, through
+    any version that shares its memory, an element of the regions the op writes (Inductor may
+    also compute a read made before the call after it). "Read by the same call": no other
+    argument of the same call reads those regions. "One memory, two mutable buffers": such a
+    memory is written in place once (Note [One memory, two mutable buffers]). "Graph input:
+    copied back, not returned": a graph input (or a view of one) is written in place only when
+    the graph copies a value back into it after the call (``copy_(input, v)``: the call's value,
+    which becomes a self-copy and is removed, or a later one a native in-place op or a
+    collective made; Note [Copied back later]), and that value is not also an output (the
+    returned tensor would be the input itself; a training graph may donate saved outputs to the
+    backward), nor is a view of this call's value an output when a later value is copied back
+    (Note [A returned value the copy-back overwrites]). Outputs AOTAutograd regenerates from the
+    inputs (``return kv[0]``) are not outputs of the graph's memory (Note [Outputs AOTAutograd
     regenerates from inputs]). Anything unproven keeps its clone.
 
     Args:
         gm: the graph module, rewritten in place.
         enable: ``False`` only decomposes the HOPs, cloning every buffer.
         is_inference: whether ``gm`` is an inference graph; ``None`` (unknown) is treated as a
-            training graph (only the reason R8 gives depends on it).
+            training graph (only the reason the rule "graph input: copied back, not returned"
+            gives depends on it).
         policy: what the backend that lowers ``gm`` does that the rules and the rewrite must
             respect (:class:`~autofunc.passes.policy.Policy`); ``None`` is ``GENERIC``, a
             backend that runs the graph as it stands. The Inductor glue passes ``INDUCTOR``
@@ -171,10 +188,10 @@ def _reinplace(gm: fx.GraphModule, enable: bool, is_inference: bool | None, poli
     _check_vals(hops)
     if policy.before:
         before = copy_node_set(gm.graph)
-        for repair in policy.before:  # step 4, before the facts
+        for repair in policy.before:  # step 1
             repair(gm.graph)
         tag_new_copies(gm.graph, before, CopyKind.REPAIR)  # Note [Every copy in the report]
-    out = gm.graph.output_node()
+    out = gm.graph.output_node()  # step 2: the facts
     regenerated = outputs_regenerated_from_inputs(out)
     ctx = Pass(
         gm=gm,
@@ -188,20 +205,20 @@ def _reinplace(gm: fx.GraphModule, enable: bool, is_inference: bool | None, poli
         saved=None if is_inference else saved_tensors(out),
         regenerated=regenerated,
     )
-    for node in hops:
+    for node in hops:  # step 3
         # Read again where rewriting an earlier call replaced the nodes this one takes.
         report.calls.append(_rewrite_call(ctx, node, read_node(node)))
-    remove_self_copies(gm.graph)
+    remove_self_copies(gm.graph)  # step 4
     with copying(ctx, CopyKind.OUTPUT):
         copy_returned_inputs(ctx)
     keep_saved_inputs(ctx)
     if policy.after:
         before = copy_node_set(gm.graph)
         with copying(ctx, CopyKind.REPAIR):
-            for repair in policy.after:  # step 4, after the rewrite
+            for repair in policy.after:  # step 5
                 repair(ctx)
         tag_new_copies(gm.graph, before, CopyKind.REPAIR)
-    if policy.lint:
+    if policy.lint:  # step 6
         gm.graph.lint()
     gm.recompile()
     report.copies = account_copies(gm.graph)  # Note [Every copy in the report] in copies.py
@@ -238,10 +255,11 @@ def _mutation_nodes(graph: fx.Graph) -> list[fx.Node]:
     )
 
 
-# -- step 3: rewrite --------------------------------------------------------------------------
+# -- step 3: each call ------------------------------------------------------------------------
 
 
 def _rewrite_call(ctx: Pass, node: fx.Node, m: Mutation) -> CallReport:
+    """Steps 3a-3c of Note [Pipeline] for one call, read as ``m``."""
     bufs = buffers(m)
     analysis, graph = ctx.analysis, ctx.gm.graph
     decisions, new_bufs, arg_bases = [], [], []
@@ -253,7 +271,7 @@ def _rewrite_call(ctx: Pass, node: fx.Node, m: Mutation) -> CallReport:
     # Note [Every copy in the report]: the copies that write this call's values back
     tag_write_backs((outs[key] for ks in keys.values() for key in ks if key in outs), node.name)
     with graph.inserting_before(node), copying(ctx, CopyKind.CLONE, node.name):
-        for k, buf in enumerate(bufs):
+        for k, buf in enumerate(bufs):  # step 3b
             query = Query(ctx, node, m, buf, bufs, tuple(inplace))
             reason, detail = decide(query)
             if reason is Reason.INPLACE and query.realize is not None:
@@ -304,7 +322,7 @@ def _rewrite_call(ctx: Pass, node: fx.Node, m: Mutation) -> CallReport:
                 fold_scatters(ctx, buf.node)
                 # after the fold: the scatters of the next buffers still start from the root
                 _pin_unrealized_root(ctx, buf.node)
-        call, num_returns = _emit_call(ctx, node, m, arg_bases)
+        call, num_returns = _emit_call(ctx, node, m, arg_bases)  # step 3c
     for key, user in outs.items():  # what is left: the op's own outputs
         repl = call if num_returns is None else getitem_of(graph, call, key, user)
         if user in analysis.version:

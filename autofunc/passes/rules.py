@@ -1,7 +1,9 @@
-"""Phase 2 of the re-inplace pass: the soundness rules. Each rule looks at one buffer of one
-call (a :class:`Query`) and returns why it must be cloned, or ``None``; ``RULES`` asks them in
-order and :func:`decide` returns the first objection. What a rule must respect about the
-backend (R5, R8, R9) it reads off ``ctx.policy`` (``policy.py``). Nothing here rewrites the graph.
+"""Step 3b's decision in the re-inplace pass (Note [Pipeline] in ``reinplace.py``): the
+soundness rules. Each rule looks at one buffer of one call (a :class:`Query`) and returns why it
+must be cloned, or ``None``; ``RULES`` asks them in order and :func:`decide` returns the first
+objection. What a rule must respect about the backend (the rules "layout Inductor chooses",
+"graph input: copied back, not returned" and "lazy read under Inductor") it reads off
+``ctx.policy`` (``policy.py``). Nothing here rewrites the graph.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from .walks import users_through_views, view_root, view_walk
 
 __all__ = ["RULES", "Query", "Rule", "Verdict", "decide"]
 
-# -- step 2: decide ---------------------------------------------------------------------------
+# -- step 3b: decide --------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -45,9 +47,11 @@ class Query:
     buf: Buffer
     bufs: list[Buffer]  # every buffer of the call, ``buf`` among them
     inplace: tuple[Buffer, ...] = ()  # the buffers of the call already written in place
-    # lazy values to compute before the call when the buffer is written in place (R9, R10)
+    # lazy values to compute before the call when the buffer is written in place (the rules
+    # "lazy read under Inductor" and "old value read later")
     realize: Realization | None = None
-    lazy_readers: tuple[fx.Node, ...] = ()  # what R9 found, for R10 to add to
+    # what "lazy read under Inductor" found, for "old value read later" to add to
+    lazy_readers: tuple[fx.Node, ...] = ()
 
     @functools.cached_property
     def root(self) -> fx.Node:
@@ -144,18 +148,20 @@ def _read_by_call(q: Query) -> Verdict:
 
 
 def _graph_input(q: Query) -> Verdict:
-    """R8: a buffer in a graph input's memory is written in place only when the graph
-    copies a value back into that input after the call and the outputs cannot tell.
+    """Rule "graph input: copied back, not returned": a buffer in a graph input's memory is
+    written in place only when the graph copies a value back into that input after the call and
+    the outputs cannot tell.
 
     Note [Copied back later]
-    A functional graph denotes a mutated input by copying its final value ``v`` back at the
-    end (``copy_(input, v)``). Once the graph does that, what the input holds between the call
-    and that copy is the pass's to choose, provided nothing reads the old value there (rules
-    R10 and R7, which see every read of the input's memory) and the outputs do not alias what
-    the op wrote (below). ``v`` need not be this call's value, nor the last of a chain of
-    calls: a native in-place op (``kv[1, 0].mul_(2)``), an in-place collective
-    (``dist.all_reduce``) or a later call's clone may make it; the copy overwrites the whole
-    input either way. Without a copy after the call, the input must keep its old value.
+    A functional graph denotes a mutated input by copying its final value ``v`` back at the end
+    (``copy_(input, v)``). Once the graph does that, what the input holds between the call and
+    that copy is the pass's to choose, provided nothing reads the old value there (the rules
+    "old value read later" and "read by the same call", which see every read of the input's
+    memory) and the outputs do not alias what the op wrote (below). ``v`` need not be this
+    call's value, nor the last of a chain of calls: a native in-place op (``kv[1, 0].mul_(2)``),
+    an in-place collective (``dist.all_reduce``) or a later call's clone may make it; the copy
+    overwrites the whole input either way. Without a copy after the call, the input must keep
+    its old value.
     """
     ctx = q.ctx
     root = ctx.analysis.input_of(q.buf.node)  # Note [Values merged into an input's memory]
@@ -357,19 +363,20 @@ class Rule(NamedTuple):
 
 
 # The rules, in the order they are asked; a buffer is written in place when none objects. The
-# first three say the analysis cannot reason about the buffer at all; the numbers are those of
-# ``reinplace``'s docstring.
-RULES: tuple[Rule, ...] = (  # R1..R10: the table in reinplace()'s docstring
-    Rule("R1 disabled", _disabled),
-    Rule("R2 no fake value", _no_value),
-    Rule("R3 module constant", _constant),
-    Rule("R4 buffer overlaps itself", _overlapping_buffer),
-    Rule("R5 layout Inductor chooses", _unfixed_layout),
-    Rule("R6 one memory, two mutable buffers", _same_buffer_twice),
-    Rule("R7 read by the same call", _read_by_call),
-    Rule("R8 graph input: copied back, not returned", _graph_input),
-    Rule("R9 lazy read under Inductor", _lazy_read),
-    Rule("R10 old value read later", _read_later),
+# first three say the analysis cannot reason about the buffer at all; the read rules come last
+# (they are the costly ones). Code and prose cite a rule by its name; the table in
+# ``reinplace``'s docstring labels them in this order for the reader.
+RULES: tuple[Rule, ...] = (
+    Rule("disabled", _disabled),
+    Rule("no fake value", _no_value),
+    Rule("module constant", _constant),
+    Rule("buffer overlaps itself", _overlapping_buffer),
+    Rule("layout Inductor chooses", _unfixed_layout),
+    Rule("one memory, two mutable buffers", _same_buffer_twice),
+    Rule("read by the same call", _read_by_call),
+    Rule("graph input: copied back, not returned", _graph_input),
+    Rule("lazy read under Inductor", _lazy_read),
+    Rule("old value read later", _read_later),
 )
 
 

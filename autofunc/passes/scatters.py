@@ -1,6 +1,6 @@
-"""Phase 3b of the re-inplace pass: folding the scatters that put back what a call wrote in
-place (``select_scatter(x, select(x, 0, l)', 0, l)`` is ``x`` once ``select(x, 0, l)`` was
-written directly), and the view comparisons they need.
+"""The end of step 3b of the re-inplace pass (Note [Pipeline] in ``reinplace.py``): folding the
+scatters that put back what a call wrote in place (``select_scatter(x, select(x, 0, l)', 0, l)``
+is ``x`` once ``select(x, 0, l)`` was written directly), and the view comparisons they need.
 """
 
 from __future__ import annotations

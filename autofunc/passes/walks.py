@@ -1,9 +1,9 @@
-"""The walks over a graph that several phases of the re-inplace pass share, each written once:
+"""The walks over a graph that several steps of the re-inplace pass share, each written once:
 down a chain of views to its root (:func:`view_walk`, :func:`view_root`), up to every user
 through views (:func:`users_through_views`), and the ``copy_`` nodes, those that write a value
 back into a graph input apart (:func:`copy_calls`, :func:`input_copies`). Pure queries; nothing
 here rewrites the graph.
-Imports only ``alias`` (for ``VIEW_OPS``), so every phase may import it.
+Imports only ``alias`` (for ``VIEW_OPS``), so every step may import it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The backend policy of the re-inplace pass (``autofunc.passes.policy``): the Inductor glue
 passes ``INDUCTOR``, the two built-in policies decide one graph differently where Inductor
-differs (R9: a lazy read), and the deprecated ``for_inductor`` still picks them."""
+differs (the rule "lazy read under Inductor"), and the deprecated ``for_inductor`` still picks
+them."""
 
 import pytest
 import torch
@@ -69,8 +70,9 @@ def test_the_policies_differ_where_inductor_does():
 
 
 def test_a_lazy_read_objects_only_under_inductor(strategy):
-    # R9: GENERIC runs ``b + 1`` where it stands, before the call, so ``b`` is written in place;
-    # Inductor may compute it after the call (as big as the buffer: it keeps the clone).
+    # "lazy read under Inductor": GENERIC runs ``b + 1`` where it stands, before the call, so
+    # ``b`` is written in place; Inductor may compute it after the call (as big as the buffer:
+    # it keeps the clone).
     original, fresh = _functional_graph(lazy_read)
     x, y = _inputs()
     for policy, reason in [(GENERIC, Reason.INPLACE), (INDUCTOR, Reason.LAZY_READ)]:

@@ -83,7 +83,7 @@ def test_without_the_pass_the_hop_gives_eagers_result(strategy):
 
 
 def test_a_clone_kept_for_another_reason_is_what_the_read_argument_sees(strategy):
-    # The pass keeps the clone (here: disabled, rule R1); the read argument must then be the
+    # The pass keeps the clone (here: the rule "disabled"); the read argument must then be the
     # clone's memory too, not the old buffer.
     def disabled(gm):
         report = reinplace(gm, enable=False, is_inference=True)
@@ -126,7 +126,7 @@ def other_strides(x, cos_sin_cache, positions):
 @pytest.mark.parametrize("fn", [overlapping_read, other_strides])
 def test_a_read_that_is_not_exactly_the_written_memory_keeps_its_copy(strategy, fn):
     # the read stays a read of the old value (this op reads each row before writing it, so
-    # eager gives the same values); the written base is copied (rule R7)
+    # eager gives the same values); the written base is copied (the rule "read by the same call")
     _, _, cos_sin_cache, positions = corpus.PROGRAMS["sglang_rope_inplace"].inputs()
     captured = _check(fn, (torch.randn(64, 16), cos_sin_cache, positions))
     assert "_aliases" not in captured.functional[0]
