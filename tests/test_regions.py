@@ -115,11 +115,15 @@ def test_views_no_slice_describes_compare_by_their_exact_elements():
 
 def test_large_or_symbolic_regions_stay_conservative():
     big = torch.zeros(2, 8192)
-    evens, odds = big.unfold(1, 1, 2), big[:, 1::2].unsqueeze(-1)
-    # 8192 elements each: above the listing bound, so only the spans are compared.
-    assert region_of(evens, big).elems is None
-    assert tensors_may_overlap(evens, odds, big)
+    windows, gaps = big.unfold(1, 2, 4), big[:, 2::4].unsqueeze(-1)  # columns 0-1, 4-5, ...; 2, 6
+    # 8192 and 4096 elements: the windows are above the listing bound and no box, so only the
+    # spans are compared.
+    assert region_of(windows, big).elems is None and region_of(windows, big).box is None
+    assert tensors_may_overlap(windows, gaps, big)
     small = torch.zeros(2, 16)
-    assert not tensors_may_overlap(
-        small.unfold(1, 1, 2), small[:, 1::2].unsqueeze(-1), small
-    )
+    assert not tensors_may_overlap(small.unfold(1, 2, 4), small[:, 2::4].unsqueeze(-1), small)
+    # The same elements in other dims are one box (views.coalesced), at any size: unfold(1, 1, 2)
+    # is big[:, ::2] with a trailing size-1 dim.
+    evens, odds = big.unfold(1, 1, 2), big[:, 1::2].unsqueeze(-1)
+    assert region_of(evens, big).box == ((0, 2, 1), (0, 8192, 2))
+    assert not tensors_may_overlap(evens, odds, big)
