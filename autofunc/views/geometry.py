@@ -128,12 +128,15 @@ def view_strides(
     multiply to the run's element count; a new dim of size 1 goes to the run being covered at
     that point. Within a run the new dims get contiguous strides over the run's innermost
     stride. ``View`` steps (views/steps.py) rely on this matching ATen exactly, including the
-    strides of size-1 dims (tests/test_views.py compares it with ``Tensor.view``). Tensors
-    with no dim or no element are left to ATen (``None``): inference never needs them.
+    strides of size-1 dims (tests/test_views.py compares it with ``Tensor.view``); a tensor
+    with no dim views as size-1 dims of stride 1. Tensors with no element are left to ATen
+    (``None``): inference never needs them.
     """
     size, stride, shape = tuple(size), tuple(stride), tuple(shape)
-    if not size or not all(_known(n >= 1) for n in (*size, *shape)):
+    if not all(_known(n >= 1) for n in (*size, *shape)):
         return None
+    if not size:
+        return (1,) * len(shape) if all(_known(n == 1) for n in shape) else None
     if not _known(_prod(size) == _prod(shape)):
         return None
     out: list[IntLike] = [0] * len(shape)
