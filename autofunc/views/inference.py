@@ -102,15 +102,14 @@ def _search(base: Geom, view: Geom) -> ViewChain | None:
 # ``qkv.split(...)[0].view(T, H, D)`` is ``[:, :H*D] -> view(T, H, D)``), or a select/slice of a
 # ``View`` of the base (the base's dims split where the target's strides cut them:
 # ``x.view(2, 4, 16)[:, 1:3]`` of an ``(8, 16)`` base is ``view(2, 4, 16) -> [:, 1:3]``). The
-# first form is tried on the base itself, the target coalesced and that split at the base's
-# strides, the second
-# on the base coalesced and split at the target's; each candidate is verified with
-# ``ViewChain.geometry`` (whose ``View`` arithmetic is ATen's, Note [View steps] in
-# geometry.py), so a merge of dims that are not contiguous, or a size-1 dim whose stride
-# ``view`` would not give, is never a ``View`` (it is ``as_strided``). A size-1 dim's stride
-# after a ``view`` may come from size-1 dims of the slice it was made from, which coalescing
-# drops: such a view may still need ``as_strided``. Splits are at int strides only; symbolic
-# dims are matched whole.
+# first form is tried on the base itself, on the target coalesced and on that split at the
+# base's strides; the second on the base (coalesced or not) split at the target's strides. Each
+# candidate is verified with ``ViewChain.geometry``, whose ``View`` arithmetic is ATen's (Note
+# [View steps] in geometry.py), so a merge of dims that are not contiguous, or a size-1 dim
+# whose stride ``view`` would not give, is never a ``View`` (it is ``as_strided``). A size-1
+# dim's stride after a ``view`` may come from size-1 dims of the slice it was made from, which
+# coalescing drops: such a view may still need ``as_strided``. Splits are at int strides only;
+# symbolic dims are matched whole.
 
 
 def _view_chain(base: Geom, view: Geom) -> ViewChain | None:
