@@ -130,7 +130,10 @@ def _rms(x: torch.Tensor, w: torch.Tensor, epsilon: float) -> torch.Tensor:
 
 @torch.library.custom_op(f"{_NS}::rms_norm_static_fp8_quant", mutates_args={"result"})
 def rms_norm_static_fp8_quant(
-    result: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+    result: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
     epsilon: float,
 ) -> None:
     """result = fp8(rms_norm(input) * weight / scale)"""
@@ -142,8 +145,12 @@ def rms_norm_static_fp8_quant(
     f"{_NS}::fused_add_rms_norm_static_fp8_quant", mutates_args={"result", "residual"}
 )
 def fused_add_rms_norm_static_fp8_quant(
-    result: torch.Tensor, input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-    scale: torch.Tensor, epsilon: float,
+    result: torch.Tensor,
+    input: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    epsilon: float,
 ) -> None:
     """residual += input; result = fp8(rms_norm(residual) * weight / scale)"""
     residual.add_(input)
@@ -155,8 +162,13 @@ def fused_add_rms_norm_static_fp8_quant(
     f"{_NS}::rms_norm_dynamic_per_token_quant", mutates_args={"result", "scale", "residual"}
 )
 def rms_norm_dynamic_per_token_quant(
-    result: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
-    epsilon: float, scale_ub: torch.Tensor | None, residual: torch.Tensor | None,
+    result: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    epsilon: float,
+    scale_ub: torch.Tensor | None,
+    residual: torch.Tensor | None,
 ) -> None:
     """residual += input when given (the norm then reads residual); scale[t] = the token's
     absolute maximum / 448, at most scale_ub; result = fp8(rms_norm * weight / scale)"""

@@ -361,23 +361,23 @@ def _allocate_at_first_use(ctx: _Pass) -> None:
     """Move each fresh allocation (``_FRESH_ALLOCATIONS``) down to just before its first user.
 
     Note [Out buffers allocated where they are first used]
-    ``r = torch.empty(...); op(r, x)`` gives the call's HOP the fresh ``r`` among its bases.
+    ``r = torch.empty(...); op(r, x)`` gives the call's HOP the fresh ``r`` as a buffer.
     Inductor's ``reorder_for_locality`` (before the post-grad passes) walks the graph backwards
     and puts each node's producers just before it, one by one in the order its arguments and
     keyword arguments are listed: the first listed lands first, the next between it and the
     node, and each producer's own producers before that producer. An autofunc HOP lists its
-    buffers (``_bases``, or v1's mutable arguments in schema order: an out buffer comes first)
-    before the op's inputs, so ``r`` lands before everything that computes ``x``: in a chain of
-    out-buffer ops (vLLM's ``rms_norm_static_fp8_quant`` then
-    ``fused_add_rms_norm_static_fp8_quant`` between matmuls) the next layer's output is
-    allocated while the previous layer's output and the matmul's input are still alive, and
-    Inductor's memory planning, which follows the graph's order, cannot hand it their freed
-    buffers: new allocations on every layer (PyTorch's ``auto_functionalized_v2`` lists its
-    bases last, so the same walk leaves ``r`` next to the call). Written in place, ``r`` is
-    used first by the direct call (or the views and layout pin made for it), so it moves to
-    just before that user. Sound: such a node has no tensor inputs (its sizes are defined where
-    it stood, before the new place) and reads and writes no memory, so running it later
-    changes no value, and every user still comes after it.
+    buffers before the op's inputs (v2's ``_bases`` come first; v1 passes the arguments in
+    schema order, and vLLM's out-buffer ops take ``result`` first), so ``r`` lands before
+    everything that computes ``x``. In a chain of out-buffer ops between matmuls (vLLM's fused
+    norm + fp8 quant ops) the next layer's output is then allocated while the previous layer's
+    output and the matmul's input are still alive, and Inductor's memory planning, which
+    follows the graph's order, cannot hand it a buffer freed after that point: a new
+    allocation per layer (PyTorch's ``auto_functionalized_v2`` lists its bases last, so the
+    same walk leaves ``r`` next to the call). Written in place, ``r`` is first used by the
+    direct call (or the views and layout pin made for it), so it moves to just before that
+    user. Sound: such a node has no tensor inputs (its sizes are defined where it stood,
+    before the new place) and reads and writes no memory, so running it later changes no
+    value, and every user still comes after it.
     """
     graph = ctx.gm.graph
     for target in _FRESH_ALLOCATIONS:

@@ -15,10 +15,6 @@ from autofunc.inductor import collect_reports
 from autofunc.testing import run_against_eager
 from tools import corpus
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(torch, "float8_e4m3fn"), reason="this torch has no float8_e4m3fn"
-)
-
 PROGRAM = corpus.PROGRAMS["fp8_norm_quant_chain"]
 
 # ``buf3 = empty_strided_cpu((6, 32), (32, 1), torch.float8_e4m3fn)`` in the wrapper
