@@ -172,24 +172,38 @@ def _region(
     elems = _exact_elements(size, stride, off, itemsize)
     if not root_dense:
         return Region(lo, hi, elems=elems)
-    chain = None
-    for in_root in _in_root_elements(size, stride, off, itemsize, root_itemsize):
-        chain = views.infer_view(*root, *in_root)
-        if not chain.uses_as_strided:
-            break
-    if chain is None or chain.uses_as_strided:
+    box = _box_of(root, _in_root_elements(size, stride, off, itemsize, root_itemsize))
+    if box is None:
         return Region(lo, hi, elems=elems)
-    box = [(0, n, 1) for n in root[0]]
-    dims = list(range(len(box)))  # current dim -> root dim
-    for step in chain.steps:
-        d = dims[step.dim]
-        start, _, stp = box[d]
-        if isinstance(step, views.Select):
-            box[d] = (start + step.index * stp, start + step.index * stp + 1, 1)
-            dims.pop(step.dim)
-        else:
-            box[d] = (start + step.start * stp, start + step.stop * stp, stp * step.step)
-    return Region(lo, hi, root=(*root[:3], root_itemsize), box=tuple(box), elems=elems)
+    return Region(lo, hi, root=(*root[:3], root_itemsize), box=box, elems=elems)
+
+
+def _box_of(root: tuple, candidates: list[tuple]) -> tuple | None:
+    """The box (``Region.box``) of the first candidate geometry that a chain of boxed steps
+    makes from ``root``, or ``None``. A candidate is also tried coalesced and then split at the
+    root's strides (the same elements, in dims cut where the root's are), so a split or merged
+    slice (``qkv[:, :64].view(T, 4, 16)``) is the slice it covers. Each step gives its own box
+    (``Step.box``): one without a box (``as_strided``, ``view``) leaves the region to its
+    span."""
+    geoms: list[views.Geom] = []
+    for in_root in candidates:
+        geom = views.Geom(*in_root)
+        for g in (geom, views.split_at(views.coalesced(geom), root[1])):
+            if not any(_same_root(g, h) for h in geoms):  # (no hash: a SymInt has none)
+                geoms.append(g)
+    for geom in geoms:
+        chain = views.infer_view(*root, *geom)
+        box: tuple | None = tuple((0, n, 1) for n in root[0])
+        dims = tuple(range(len(box)))  # current dim -> root dim
+        for step in chain.steps:
+            moved = step.box(box, dims)
+            if moved is None:
+                box = None
+                break
+            box, dims = moved
+        if box is not None:
+            return box
+    return None
 
 
 def _in_root_elements(size, stride, off, itemsize: int, root_itemsize: int) -> list[tuple]:

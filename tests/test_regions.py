@@ -115,11 +115,46 @@ def test_views_no_slice_describes_compare_by_their_exact_elements():
 
 def test_large_or_symbolic_regions_stay_conservative():
     big = torch.zeros(2, 8192)
-    evens, odds = big.unfold(1, 1, 2), big[:, 1::2].unsqueeze(-1)
-    # 8192 elements each: above the listing bound, so only the spans are compared.
-    assert region_of(evens, big).elems is None
-    assert tensors_may_overlap(evens, odds, big)
+    windows, gaps = big.unfold(1, 2, 4), big[:, 2::4].unsqueeze(-1)  # columns 0-1, 4-5, ...; 2, 6
+    # 8192 and 4096 elements: the windows are above the listing bound and no box, so only the
+    # spans are compared.
+    assert region_of(windows, big).elems is None and region_of(windows, big).box is None
+    assert tensors_may_overlap(windows, gaps, big)
     small = torch.zeros(2, 16)
-    assert not tensors_may_overlap(
-        small.unfold(1, 1, 2), small[:, 1::2].unsqueeze(-1), small
+    assert not tensors_may_overlap(small.unfold(1, 2, 4), small[:, 2::4].unsqueeze(-1), small)
+    # The same elements in other dims are one box (views.coalesced), at any size: unfold(1, 1, 2)
+    # is big[:, ::2] with a trailing size-1 dim.
+    evens, odds = big.unfold(1, 1, 2), big[:, 1::2].unsqueeze(-1)
+    assert region_of(evens, big).box == ((0, 2, 1), (0, 8192, 2))
+    assert not tensors_may_overlap(evens, odds, big)
+
+
+def test_views_of_split_slices_are_the_slices_they_cover():
+    # qkv.split(...)[i].view(-1, H, D) (Note [View steps]): the same elements as the slice, so
+    # the same box; the query and key heads are disjoint, each inside its own columns.
+    qkv = torch.zeros(4, 128)
+    q, k, v = qkv.split([64, 32, 32], -1)
+    qh, kh = region_of(q.view(-1, 4, 16), qkv), region_of(k.view(-1, 2, 16), qkv)
+    assert qh.box == region_of(q, qkv).box == ((0, 4, 1), (0, 64, 1))
+    assert kh.box == ((0, 4, 1), (64, 96, 1))
+    assert not overlaps(qh, kh) and not overlaps(kh, region_of(v, qkv))
+    assert contains(region_of(qkv[:, :96], qkv), kh) and not contains(kh, qh)
+    assert overlaps(qh, region_of(qkv[:, 60:70], qkv))
+
+
+def test_a_view_step_without_a_box_keeps_the_span():
+    # Rows 1-2 and 5-6 of an (8, 16) root (x.view(2, 4, 16)[:, 1:3]) are no box of the root's
+    # dims: the View step gives none (views.View.box), so the span and the listed elements
+    # decide, never a box guessed from another step's.
+    from autofunc import views
+
+    x = torch.zeros(8, 16)
+    part = x.view(2, 4, 16)[:, 1:3]
+    assert views.infer_view_of(x, part) == views.ViewChain(
+        (views.View((2, 4, 16)), views.Slice(1, 1, 3))
     )
+    assert views.View((2, 4, 16)).box(((0, 8, 1), (0, 16, 1)), (0, 1)) is None
+    region = region_of(part, x)
+    assert region.box is None and (region.lo, region.hi) == (64, 448)
+    assert not tensors_may_overlap(part, x[3:5], x)  # rows 3-4: between the two runs
+    assert tensors_may_overlap(part, x[6], x)

@@ -14,6 +14,7 @@ from autofunc.views import (
     DtypeView,
     Select,
     Slice,
+    View,
     ViewChain,
     decode_chain,
     encode_chain,
@@ -91,7 +92,9 @@ CASES = {
     "x[:, 1:6:2]": (_contig(3, 7), lambda x: x[:, 1:6:2], (Slice(1, 1, 7, 2),)),
     "alias": (_contig(4, 6), lambda x: x, ()),
     "x.t()": (_contig(4, 6), lambda x: x.t(), (AsStrided((6, 4), (1, 6), 0),)),
-    "x.diagonal()": (_contig(5, 5), lambda x: x.diagonal(), (AsStrided((5,), (6,), 0),)),
+    # the diagonal as every 6th element of the flattened base: view ops only (Note [Inferring
+    # view steps]), where it was as_strided((5,), (6,), 0)
+    "x.diagonal()": (_contig(5, 5), lambda x: x.diagonal(), (View((25,)), Slice(0, 0, 25, 6))),
     "x[0].unsqueeze(0)": (_contig(4, 6), lambda x: x[0].unsqueeze(0), (Slice(0, 0, 1),)),
     "x[2:2]": (_contig(5, 12), lambda x: x[2:2], (AsStrided((0, 12), (12, 1), 24),)),
     "transposed base [2]": (
@@ -143,10 +146,12 @@ def test_view_before_base_falls_back() -> None:
 
 
 def test_unreachable_geometry_falls_back() -> None:
-    # Stride not a multiple of any base stride, index out of bounds, rank growth, expand.
-    assert infer_view((4, 6), (6, 1), 0, (4,), (5,), 0).uses_as_strided
+    # Elements outside a non-contiguous base (rows of 6 in a stride-12 storage), index out of
+    # bounds, a new size-1 dim whose stride no view gives (view(1, 4) gives (4, 1)), expand.
+    assert infer_view((4, 6), (12, 1), 0, (4,), (5,), 0).uses_as_strided
     assert infer_view((4, 6), (6, 1), 0, (6,), (1,), 24).uses_as_strided
-    assert infer_view((4,), (1,), 0, (1, 4), (4, 1), 0).uses_as_strided
+    assert infer_view((4,), (1,), 0, (1, 4), (8, 1), 0).uses_as_strided
+    assert infer_view((4,), (1,), 0, (1, 4), (1, 1), 0).uses_as_strided
     assert infer_view((4,), (1,), 0, (3, 4), (0, 1), 0).uses_as_strided
     assert infer_view((4, 6), (6, 1), 0, (2, 6), (0, 1), 0).uses_as_strided
 
@@ -239,6 +244,7 @@ STEP_EXAMPLES = {
     Slice: (Slice(0, 1, 4, 2), "[1:4:2]"),
     AsStrided: (AsStrided((2, 2), (3, 1), 1), "as_strided((2, 2), (3, 1), 1)"),
     DtypeView: (DtypeView(torch.int16), "view(torch.int16)"),
+    View: (View((2, 2, 6)), "view(2, 2, 6)"),
 }
 
 
@@ -431,7 +437,8 @@ def test_property_any_view_is_exact(base: torch.Tensor, data) -> None:
         nxt = _random_op(data, view, weird=True)
         view = view if nxt is None else nxt
     chain = _check(base, view)
-    assert len(chain.steps) <= base.dim() or chain.uses_as_strided
+    # (a View step may come with a select/slice per dim of the base split at the view's strides)
+    assert len(chain.steps) <= 1 + 2 * max(base.dim(), view.dim()) or chain.uses_as_strided
 
 
 # --------------------------------------------------------------------------------------------
@@ -591,3 +598,180 @@ def test_regions_are_in_bytes_across_dtypes() -> None:
     # a misaligned byte range keeps only its interval (never a widened box)
     odd = region_of(y.view(torch.uint8)[:, 5:7], y)
     assert odd.box is None and overlaps(odd, region_of(y[:, 1], y))
+
+
+# --------------------------------------------------------------------------------------------
+# View steps (Note [View steps], Note [Inferring view steps])
+# --------------------------------------------------------------------------------------------
+
+
+def _qkv(tokens: int = 4) -> torch.Tensor:
+    """SGLang/vLLM's fused projection: tokens x (4 query heads + 2 key + 2 value heads) x 16."""
+    return _root(tokens * 128).view(tokens, 128).clone()
+
+
+VIEW_CASES = {
+    # qkv.split(...)[i].view(-1, H, D): the written views of SGLang's in-place rope
+    "q.view(-1, 4, 16)": (
+        _qkv,
+        lambda t: t.split([64, 32, 32], -1)[0].view(-1, 4, 16),
+        (Slice(1, 0, 64), View((4, 4, 16))),
+    ),
+    "k.view(-1, 2, 16)": (
+        _qkv,
+        lambda t: t.split([64, 32, 32], -1)[1].view(-1, 2, 16),
+        (Slice(1, 64, 96), View((4, 2, 16))),
+    ),
+    # vLLM's attention output: the whole buffer, split into heads
+    "output.view(-1, 8, 16)": (_qkv, lambda t: t.view(-1, 8, 16), (View((4, 8, 16)),)),
+    "rows merged: x[1:3].view(-1)": (_qkv, lambda t: t[1:3].view(-1), (Slice(0, 1, 3), View((256,)))),
+    "unsqueeze as a view": (_qkv, lambda t: t[:, 96:].view(4, 1, 32), (Slice(1, 96, 128), View((4, 1, 32)))),
+    # the base split first, then indexed (kv.view(L, 2, ...)[l, 0] in vLLM's caches)
+    "x.view(2, 4, 16)[:, 1:3]": (
+        lambda: _root(128).view(8, 16).clone(),
+        lambda t: t.view(2, 4, 16)[:, 1:3],
+        (View((2, 4, 16)), Slice(1, 1, 3)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(VIEW_CASES))
+def test_view_step_inference(name: str) -> None:
+    make, view_fn, expected = VIEW_CASES[name]
+    base = make()
+    view = view_fn(base)
+    chain = _check(base, view)
+    assert chain == ViewChain(expected)
+    assert not chain.uses_as_strided
+    # writing through the regenerated view writes exactly the elements the view has
+    a, b = make(), make()
+    view_fn(a).fill_(-1)
+    chain.apply(b).fill_(-1)
+    assert torch.equal(a, b)
+
+
+def test_what_no_view_step_makes_stays_as_strided() -> None:
+    qkv = _qkv()
+    # A transposed slice split into heads: its dims are out of the base's order, which no
+    # view/select/slice chain changes.
+    assert _check(qkv, qkv.t()[:3].view(3, 2, 2)).uses_as_strided
+    # A merge of dims that are not contiguous with each other: columns 0-7 of rows 0 and 1 of
+    # a (4, 8) base whose rows are 16 apart, as one flat run of 16 (a view would read the
+    # storage between the rows, outside the base).
+    assert infer_view((4, 8), (16, 1), 0, (16,), (1,), 0).uses_as_strided
+    # A size-1 dim whose stride a view does not give (view(4, 1, 32) gives it 32).
+    assert infer_view((4, 128), (128, 1), 0, (4, 1, 32), (128, 5, 1), 96).uses_as_strided
+
+
+def test_view_step_geometry_refuses_what_aten_refuses() -> None:
+    t = _root(24).view(4, 6)[:, :4]  # rows of 4 in a storage of rows of 6
+    with pytest.raises(RuntimeError):
+        t.view(16)
+    with pytest.raises(ValueError, match="view\\(16\\)"):
+        ViewChain((View((16,)),)).geometry(*_geom(t))
+    assert ViewChain((View((4, 2, 2)),)).geometry(*_geom(t)) == _geom(t.view(4, 2, 2))
+
+
+@st.composite
+def _view_shapes(draw, numel: int):
+    """A shape of ``numel`` elements: a random factorization, with size-1 dims sprinkled in."""
+    shape = []
+    n = numel
+    while n > 1:
+        d = draw(st.sampled_from([d for d in range(2, n + 1) if n % d == 0]))
+        shape.append(d)
+        n //= d
+    for _ in range(draw(st.integers(0, 2))):
+        shape.insert(draw(st.integers(0, len(shape))), 1)
+    return shape or [1]
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_property_view_strides_are_atens(data) -> None:
+    # views.geometry.view_strides (the View step's arithmetic) agrees with Tensor.view: the
+    # strides it gives, size-1 dims included, and where it refuses.
+    from autofunc.views.geometry import view_strides
+
+    numel = data.draw(st.sampled_from([1, 2, 4, 6, 12, 16, 24, 36]))
+    shape = data.draw(_view_shapes(numel))
+    perm = data.draw(st.permutations(range(len(shape))))
+    t = torch.empty([shape[p] for p in perm]).permute([perm.index(i) for i in range(len(shape))])
+    stride = [
+        data.draw(st.integers(0, 40)) if n == 1 else st_ * data.draw(st.sampled_from([1, 1, 2]))
+        for n, st_ in zip(t.shape, t.stride())
+    ]
+    t = torch.empty(4096).as_strided(t.shape, stride)
+    new = data.draw(_view_shapes(numel))
+    try:
+        expected = tuple(t.view(new).stride())
+    except RuntimeError:
+        expected = None
+    assert view_strides(t.shape, t.stride(), new) == expected
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(base=_bases(), data=st.data())
+def test_property_views_of_slices_need_no_as_strided(base: torch.Tensor, data) -> None:
+    # select/slice steps, then a view that splits or merges dims (when Tensor.view allows it):
+    # regenerated with select/slice/view steps, never as_strided. (Except where the view has a
+    # size-1 dim: view gives it a stride from the size-1 dims of the slice it was made from,
+    # which inference does not rebuild; as_strided is exact there too.)
+    view = base
+    for _ in range(data.draw(st.integers(0, 3))):
+        nxt = _random_op(data, view, weird=False)
+        view = view if nxt is None else nxt
+    if view.numel() == 0 or 0 in base.stride():
+        return
+    try:
+        view = view.view(data.draw(_view_shapes(view.numel())))
+    except RuntimeError:
+        return  # not a view of those dims
+    chain = _check(base, view)
+    if 1 not in view.shape:
+        assert not chain.uses_as_strided, (str(chain), _geom(base), _geom(view))
+
+
+def test_view_step_with_symbolic_sizes() -> None:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    u0 = env.create_unbacked_symint()
+    torch._check(u0 >= 1)
+    guards = len(env.guards)
+    # q.view(-1, 4, 16) of a (u0, 128) qkv: the slice, then the view, with the symbolic row count
+    chain = infer_view((u0, 128), (128, 1), 0, (u0, 4, 16), (128, 16, 1), 0)
+    assert [type(s) for s in chain.steps] == [Slice, View]
+    assert chain.steps[0] == Slice(1, 0, 64)
+    assert str(chain) == "[:, :64] -> view(u0, 4, 16)"
+    assert decode_chain(encode_chain(chain)) == chain
+    size, stride, offset = chain.geometry((u0, 128), (128, 1), 0)
+    assert (size[1:], stride, offset) == ((4, 16), (128, 16, 1), 0)
+    assert len(env.guards) == guards
+
+
+def test_unknown_steps_are_refused() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Transpose:  # looks like a step, but no tag in STEPS: nothing may guess its behaviour
+        dim0: int
+        dim1: int
+
+        def apply(self, t):
+            return t.transpose(self.dim0, self.dim1)
+
+    with pytest.raises(TypeError, match="unknown view step"):
+        ViewChain((Select(0, 1), Transpose(0, 1)))
+    with pytest.raises(TypeError, match="unknown view step"):
+        ViewChain(((0, 1),))
+
+
+def test_malformed_view_step_on_the_wire() -> None:
+    from autofunc.errors import MalformedViewsError
+
+    assert decode_chain((1, 4, 2, 4, 8)) == ViewChain((View((4, 8)),))
+    with pytest.raises(MalformedViewsError):
+        decode_chain((1, 4, -1, 4))
+    with pytest.raises(MalformedViewsError):
+        decode_chain((1, 4, 3, 4, 8))  # truncated

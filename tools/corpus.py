@@ -160,6 +160,71 @@ def add_rms_norm_out(
     out.copy_(res * torch.rsqrt(res.pow(2).mean(-1, keepdim=True) + 1e-6) * w)
 
 
+# vLLM's fused RMSNorm + fp8 quantization ops (csrc/layernorm_quant_kernels.cu; the ones vLLM's
+# fix_functionalization.py lists), same schemas; computed in float, then ``.to(fp8)``.
+_FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, epsilon: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + epsilon) * w
+
+
+@torch.library.custom_op(f"{_NS}::rms_norm_static_fp8_quant", mutates_args={"result"})
+def rms_norm_static_fp8_quant(
+    result: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    epsilon: float,
+) -> None:
+    """result = fp8(rms_norm(input) * weight / scale)"""
+    q = (_rms(input, weight, epsilon) / scale).clamp(-_FP8_MAX, _FP8_MAX)
+    result.copy_(q.to(result.dtype))
+
+
+@torch.library.custom_op(
+    f"{_NS}::fused_add_rms_norm_static_fp8_quant", mutates_args={"result", "residual"}
+)
+def fused_add_rms_norm_static_fp8_quant(
+    result: torch.Tensor,
+    input: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    epsilon: float,
+) -> None:
+    """residual += input; result = fp8(rms_norm(residual) * weight / scale)"""
+    residual.add_(input)
+    q = (_rms(residual, weight, epsilon) / scale).clamp(-_FP8_MAX, _FP8_MAX)
+    result.copy_(q.to(result.dtype))
+
+
+@torch.library.custom_op(
+    f"{_NS}::rms_norm_dynamic_per_token_quant", mutates_args={"result", "scale", "residual"}
+)
+def rms_norm_dynamic_per_token_quant(
+    result: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    epsilon: float,
+    scale_ub: torch.Tensor | None,
+    residual: torch.Tensor | None,
+) -> None:
+    """residual += input when given (the norm then reads residual); scale[t] = the token's
+    absolute maximum / 448, at most scale_ub; result = fp8(rms_norm * weight / scale)"""
+    if residual is not None:
+        residual.add_(input)
+        input = residual
+    normed = _rms(input, weight, epsilon)
+    s = normed.abs().amax(-1, keepdim=True) / _FP8_MAX
+    if scale_ub is not None:
+        s = torch.minimum(s, scale_ub)
+    scale.copy_(s.clamp(min=1e-10))
+    q = (normed / scale).clamp(-_FP8_MAX, _FP8_MAX)
+    result.copy_(q.to(result.dtype))
+
+
 _lib = torch.library.Library(_NS, "FRAGMENT")
 _lib.define("bump(Tensor(a!) x) -> ()")
 _lib.define("bump.by(Tensor(a!) x, float by) -> ()")
@@ -228,6 +293,9 @@ OPS = (
     apply_rope_pos_ids_cos_sin_cache,
     rms_norm_out,
     add_rms_norm_out,
+    rms_norm_static_fp8_quant,
+    fused_add_rms_norm_static_fp8_quant,
+    rms_norm_dynamic_per_token_quant,
 )
 OP_NAMES = tuple(op._qualname for op in OPS) + tuple(
     f"{_NS}::{name}"
@@ -828,6 +896,49 @@ def out_buffer_chain(x, w, wl):
         r = torch.empty_like(x)
         add_rms_norm_out(r, h, res, w)
     return r
+
+
+def _fp8_chain_inputs(tokens: int = 6, hidden: int = 32):
+    bf16 = torch.bfloat16  # vLLM's activations and weights; the scales are float32
+    return (
+        torch.randn(tokens, hidden, dtype=bf16),  # hidden states
+        torch.randn(tokens, hidden, dtype=bf16),  # the residual stream, written by the calls
+        (1 + 0.1 * torch.randn(4, hidden)).to(bf16),  # one norm weight per call
+        (torch.randn(3, hidden, hidden) * hidden**-0.5).to(bf16),  # the matmuls' weights
+        torch.tensor([0.05]),  # the static fp8 scale
+        torch.tensor([0.01]),  # scale_ub: an upper bound on the dynamic scales
+    )
+
+
+def _dequant(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """fp8 values back to ``dtype`` (what vLLM's scaled fp8 GEMM does before multiplying)"""
+    return (q.to(torch.float32) * scale).to(dtype)
+
+
+@program(
+    _fp8_chain_inputs,
+    "vLLM's fused norm + fp8 quant chain (issue 31): rms_norm_static_fp8_quant, "
+    "fused_add_rms_norm_static_fp8_quant (the residual input written), "
+    "rms_norm_dynamic_per_token_quant with the residual, then with scale_ub and no residual; "
+    "each output a torch.empty(fp8) between matmuls (Note [Out buffers allocated where they "
+    "are first used])",
+)
+def fp8_norm_quant_chain(h, residual, w, wl, scale, scale_ub):
+    eps, dt = 1e-6, h.dtype
+    r1 = torch.empty(h.shape, dtype=_FP8, device=h.device)
+    rms_norm_static_fp8_quant(r1, h, w[0], scale, eps)
+    x = _dequant(r1, scale, dt) @ wl[0]
+    r2 = torch.empty(x.shape, dtype=_FP8, device=x.device)
+    fused_add_rms_norm_static_fp8_quant(r2, x, residual, w[1], scale, eps)
+    y = _dequant(r2, scale, dt) @ wl[1]
+    r3 = torch.empty(y.shape, dtype=_FP8, device=y.device)
+    s3 = torch.empty(y.shape[0], 1, device=y.device)
+    rms_norm_dynamic_per_token_quant(r3, y, w[2], s3, eps, None, residual)
+    z = _dequant(r3, s3, dt) @ wl[2]
+    r4 = torch.empty(z.shape, dtype=_FP8, device=z.device)
+    s4 = torch.empty(z.shape[0], 1, device=z.device)
+    rms_norm_dynamic_per_token_quant(r4, z, w[3], s4, eps, scale_ub, None)
+    return r4.to(torch.float32) * s4
 
 
 @_nested_region

@@ -101,6 +101,7 @@ _META_VIEWS = frozenset(
         _aten.slice.Tensor,
         _aten.as_strided.default,
         _aten.view.dtype,
+        _aten.view.default,
         _aten.alias.default,
     }
 )
@@ -227,12 +228,13 @@ def emit_view(
     """
     node = base
     steps = chain.steps
+    graph = _StepGraph(ctx)
     for i, step in enumerate(steps):
         key = _share_key(node, step) if shared is not None and i < len(steps) - 1 else None
         if key is not None and key in shared:
             node = shared[key]
             continue
-        node = _emit_step(ctx, node, step)
+        node = step.emit(node, graph)  # each step emits its own ATen call(s)
         if key is not None:
             shared[key] = node
     return node
@@ -245,14 +247,18 @@ def _share_key(node: fx.Node, step: Any) -> tuple | None:
     return (node, step) if all(is_plain(v) for v in vars(step).values()) else None
 
 
-def _emit_step(ctx: Any, node: fx.Node, step: Any) -> fx.Node:
-    if isinstance(step, views.Select):
-        return emit(ctx, _aten.select.int, (node, step.dim, step.index))
-    if isinstance(step, views.Slice):
-        return emit(ctx, _aten.slice.Tensor, (node, step.dim, step.start, step.stop, step.step))
-    if isinstance(step, views.DtypeView):
-        return emit(ctx, _aten.view.dtype, (node, step.dtype))
-    return emit_as_strided(ctx, node, step.size, step.stride, step.storage_offset)
+class _StepGraph:
+    """``views.steps.Graph`` on ``ctx``'s graph: where a view step emits its own ATen calls."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+
+    @property
+    def arith(self) -> Arith:
+        return graph_arith(self.ctx)
+
+    def call(self, target: Any, args: tuple) -> fx.Node:
+        return emit(self.ctx, target, args)
 
 
 # Note [A fresh alias Inductor keeps]
@@ -320,13 +326,7 @@ def emit_as_strided(ctx: Any, base: fx.Node, size: Any, stride: Any, rel: Any) -
     ``size``, ``stride`` and ``rel`` hold ints and nodes (never SymInts), and the arithmetic on
     them is emitted (``graph_arith``).
     """
-    size, stride = list(size), list(stride)
-    if isinstance(rel, int) and rel == 0:
-        return emit(ctx, _aten.as_strided.default, (base, size, stride))
-    end = copy_extent(size, stride, graph_arith(ctx), start=rel)
-    flat = emit(ctx, _aten.as_strided.default, (base, [end], [1]))
-    shifted = emit(ctx, _aten.slice.Tensor, (flat, 0, rel, end))
-    return emit(ctx, _aten.as_strided.default, (shifted, size, stride))
+    return views.AsStrided(size, stride, rel).emit(base, _StepGraph(ctx))
 
 
 class _GraphArith:

@@ -319,6 +319,49 @@ def _explicit_offsets_where_dropped(ctx: Pass) -> None:
     _explicit_as_strided_offsets(ctx.gm.graph, inputs_too=_inductor_drops_view_offsets())
 
 
+# Aten ops that make a fresh buffer of unspecified contents from sizes alone (``torch.empty``,
+# ``empty_like`` and ``new_empty`` reach the post-grad graph as one of these).
+_FRESH_ALLOCATIONS = (
+    _aten.empty.memory_format,
+    _aten.empty_strided.default,
+    _aten.empty_permuted.default,
+)
+
+
+def _allocate_at_first_use(ctx: Pass) -> None:
+    """Move each fresh allocation (``_FRESH_ALLOCATIONS``) down to just before its first user.
+
+    Note [Out buffers allocated where they are first used]
+    ``r = torch.empty(...); op(r, x)`` gives the call's HOP the fresh ``r`` as a buffer.
+    Inductor's ``reorder_for_locality`` (before the post-grad passes) walks the graph backwards
+    and puts each node's producers just before it, one by one in the order its arguments and
+    keyword arguments are listed: the first listed lands first, the next between it and the
+    node, and each producer's own producers before that producer. An autofunc HOP lists its
+    buffers before the op's inputs (v2's ``_bases`` come first; v1 passes the arguments in
+    schema order, and vLLM's out-buffer ops take ``result`` first), so ``r`` lands before
+    everything that computes ``x``. In a chain of out-buffer ops between matmuls (vLLM's fused
+    norm + fp8 quant ops) the next layer's output is then allocated while the previous layer's
+    output and the matmul's input are still alive, and Inductor's memory planning, which
+    follows the graph's order, cannot hand it a buffer freed after that point: a new
+    allocation per layer (PyTorch's ``auto_functionalized_v2`` lists its bases last, so the
+    same walk leaves ``r`` next to the call). Written in place, ``r`` is first used by the
+    direct call (or the views and layout pin made for it), so it moves to just before that
+    user. Sound: such a node has no tensor inputs (its sizes are defined where it stood,
+    before the new place) and reads and writes no memory, so running it later changes no
+    value, and every user still comes after it.
+    """
+    graph = ctx.gm.graph
+    for target in _FRESH_ALLOCATIONS:
+        for node in list(graph.find_nodes(op="call_function", target=target)):
+            if not node.users or any(
+                isinstance(a.meta.get("val"), torch.Tensor) for a in node.all_input_nodes
+            ):
+                continue
+            first = min(node.users)
+            if first is not node.next:
+                first.prepend(node)
+
+
 # -- what Inductor evaluates lazily (rule "lazy read under Inductor") -------------------------
 
 # Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
@@ -367,6 +410,7 @@ INDUCTOR = Policy(
         _share_input_views,
         _explicit_offsets_where_dropped,  # Notes [as_strided offsets on torch 2.11], [Pinning a
         # view of a computed buffer]
+        _allocate_at_first_use,  # Note [Out buffers allocated where they are first used]
     ),
     lint=False,  # Inductor lints the graph itself once its post-grad passes are done
 )

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 import torch
 
 from .geometry import Geom, IntLike
-from .steps import AsStrided, DtypeView, Step
+from .steps import STEPS, AsStrided, DtypeView, Step
 
 __all__ = ["ViewChain"]
+
+_KINDS = frozenset(STEPS.values())
 
 
 # --------------------------------------------------------------------------------------------
@@ -59,12 +61,20 @@ def _render(steps: Sequence[Step]) -> str:
 
 @dataclass(frozen=True)
 class ViewChain:
-    """Steps that regenerate a view from its base, applied in order; ``()`` is the base itself."""
+    """Steps that regenerate a view from its base, applied in order; ``()`` is the base itself.
+
+    Raises ``TypeError`` when made with anything but steps of ``steps.STEPS``: whatever reads a
+    chain (emission, regions) asks each step for its own behaviour and never guesses one.
+    """
 
     steps: tuple[Step, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "steps", tuple(self.steps))
+        steps = tuple(self.steps)
+        for step in steps:
+            if type(step) not in _KINDS:
+                raise TypeError(f"unknown view step {step!r}: not a kind of views.steps.STEPS")
+        object.__setattr__(self, "steps", steps)
 
     @property
     def is_alias(self) -> bool:

@@ -2,7 +2,8 @@
 
 ``infer_view`` works on geometries, ``infer_view_of`` on two tensors sharing a storage, and
 ``infer_dtype_view`` across dtypes (in bytes, Note [Dtype views]). Each tries alias, then the
-select/slice chain with the fewest steps (``views.search``), then one ``AsStrided``; every
+select/slice chain with the fewest steps (``views.search``), then a select/slice chain and one
+``View`` (Note [Inferring view steps]), then one ``AsStrided``; every
 candidate is verified with ``ViewChain.geometry`` before it is returned. Decisions on SymInts
 are ``statically_known_true`` ones: inference never installs a guard and never fails on an
 exotic expression (it falls back to ``AsStrided``). Imports only ``autofunc.symbolic`` and the
@@ -19,9 +20,9 @@ import torch
 from ..symbolic import cached_when_static
 from ..symbolic import known as _known
 from .chain import ViewChain
-from .geometry import Geom, IntLike, rescale, simplify
+from .geometry import Geom, IntLike, coalesced, rescale, simplify, split_at
 from .search import Matching, is_full, matching_cost, matchings, offset_terms, solve_offset
-from .steps import AsStrided, DtypeView, Select, Slice, Step
+from .steps import AsStrided, DtypeView, Select, Slice, Step, View
 
 log = logging.getLogger("autofunc.views")
 
@@ -95,6 +96,61 @@ def _search(base: Geom, view: Geom) -> ViewChain | None:
     return None
 
 
+# Note [Inferring view steps]
+# A ``view``/``reshape`` that splits or merges dims keeps the elements and their order, so a
+# target no select/slice chain reaches may still be a ``View`` of one (the target coalesced:
+# ``qkv.split(...)[0].view(T, H, D)`` is ``[:, :H*D] -> view(T, H, D)``), or a select/slice of a
+# ``View`` of the base (the base's dims split where the target's strides cut them:
+# ``x.view(2, 4, 16)[:, 1:3]`` of an ``(8, 16)`` base is ``view(2, 4, 16) -> [:, 1:3]``). The
+# first form is tried on the base itself, on the target coalesced and on that split at the
+# base's strides; the second on the base (coalesced or not) split at the target's strides. Each
+# candidate is verified with ``ViewChain.geometry``, whose ``View`` arithmetic is ATen's (Note
+# [View steps] in geometry.py), so a merge of dims that are not contiguous, or a size-1 dim
+# whose stride ``view`` would not give, is never a ``View`` (it is ``as_strided``). A size-1
+# dim's stride after a ``view`` may come from size-1 dims of the slice it was made from, which
+# coalescing drops: such a view may still need ``as_strided``. Splits are at int strides only;
+# symbolic dims are matched whole.
+
+
+def _view_chain(base: Geom, view: Geom) -> ViewChain | None:
+    """A verified chain with one ``View`` step (Note [Inferring view steps]), or ``None``."""
+    if not all(_known(n >= 1) for n in view.size):
+        return None
+    flat = coalesced(view)
+    for mid in _distinct((base, flat, split_at(flat, base.stride))):
+        found = ViewChain(()) if _same_geometry(base, mid) else _search(base, mid)
+        if found is not None:
+            chain = ViewChain((*found.steps, View(view.size)))
+            if _verified(chain, base, view):
+                return chain
+    flat = coalesced(base)
+    for mid in _distinct((split_at(flat, view.stride), split_at(base, view.stride))):
+        if _same_geometry(mid, base):
+            continue
+        found = ViewChain(()) if _same_geometry(mid, view) else _search(mid, view)
+        if found is not None:
+            chain = ViewChain((View(mid.size), *found.steps))
+            if _verified(chain, base, view):
+                return chain
+    return None
+
+
+def _distinct(geoms: Sequence[Geom]) -> list[Geom]:
+    """``geoms`` without repeats (compared without hashing: a SymInt has no hash)."""
+    out: list[Geom] = []
+    for g in geoms:
+        if not any(_same_geometry(g, o) for o in out):
+            out.append(g)
+    return out
+
+
+def _verified(chain: ViewChain, base: Geom, view: Geom) -> bool:
+    try:
+        return _reproduces(chain, base, view)
+    except ValueError:  # a View the geometry does not allow
+        return False
+
+
 def infer_view(
     base_size: Sequence[IntLike],
     base_stride: Sequence[IntLike],
@@ -106,7 +162,8 @@ def infer_view(
     """Infers the cheapest chain of view ops regenerating a view geometry from a base geometry.
 
     Tries, in order: alias (identical geometry), the select/slice chain with the fewest steps,
-    and finally a single ``AsStrided`` step. Every decision on symbolic values is taken with
+    a select/slice chain with one ``View`` step (Note [Inferring view steps]), and finally a
+    single ``AsStrided`` step. Every decision on symbolic values is taken with
     ``statically_known_true`` (no guard is installed); anything undecidable falls back to
     ``AsStrided``. The returned chain reproduces size, stride and offset exactly.
 
@@ -145,6 +202,8 @@ def _infer(
     if not any(_known(n == 0) for n in view.size):
         try:
             chain = _search(base, view)
+            if chain is None:
+                chain = _view_chain(base, view)
         except Exception:  # exotic symbolic expressions: never fail, fall back instead
             log.debug("view inference failed; as_strided instead", exc_info=True)
             chain = None

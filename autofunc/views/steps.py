@@ -6,26 +6,47 @@ no caller asks which kind it holds:
 - ``apply(t)``: the ATen view op on a tensor (real, fake or proxy-traced);
 - ``geometry(geom, itemsize)``: the same on a geometry, pure arithmetic, with the element size
   the result is measured in (only ``DtypeView`` changes it);
+- ``emit(x, graph)``: the same as nodes of a graph under construction (``Graph``, which
+  ``passes.emit`` implements on an FX graph), where a chain is relative to its base (Note
+  [Relative chains] in hops/adapter.py);
+- ``box(box, dims)``: the root indices the result covers, given those its input covers (for
+  ``regions``), or ``None`` where that is no box;
 - ``encode()`` / ``decode(wire, pos)``: its fields on the wire (Note [A flat wire format]);
 - ``str(step)``: the op as text; ``subscript()``: the step as one ``[...]`` entry, if it is one.
 
-``STEPS`` (at the end) is the one tag -> class table. To add a step: a dataclass here with
-those methods, a new tag in ``STEPS`` (never reuse one), and an example in tests/test_views.py
-(``STEP_EXAMPLES``). Imports only ``autofunc.errors`` and ``views.geometry``.
+``STEPS`` (at the end) is the one tag -> class table, and a ``ViewChain`` holds only steps of
+its kinds (an unknown step raises ``TypeError`` when the chain is made). To add a step: a
+dataclass here with those methods, a new tag in ``STEPS`` (never reuse one), and an example in
+tests/test_views.py (``STEP_EXAMPLES``); inference (views/inference.py) decides when to use it.
+Imports only ``autofunc.errors``, ``autofunc.symbolic`` and ``views.geometry``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
 from ..errors import MalformedViewsError
-from .geometry import Geom, IntLike, as_int, rescale
+from ..symbolic import Arith, copy_extent
+from .geometry import Geom, IntLike, as_int, rescale, view_strides
 
-__all__ = ["STEPS", "AsStrided", "DtypeView", "Select", "Slice", "Step", "Subscript"]
+__all__ = [
+    "STEPS",
+    "AsStrided",
+    "Box",
+    "DtypeView",
+    "Graph",
+    "Select",
+    "Slice",
+    "Step",
+    "Subscript",
+    "View",
+]
+
+_aten = torch.ops.aten
 
 
 class Subscript(NamedTuple):
@@ -34,6 +55,20 @@ class Subscript(NamedTuple):
     dim: int  # the dim the entry is for, as the step names it (a negative one: no subscript)
     entry: str  # ``3`` or ``2:5``
     drops_dim: bool  # whether later dims shift down (a select)
+
+
+class Graph(Protocol):
+    """Where ``emit`` puts a step's ATen calls (``passes.emit`` implements it on an FX graph)."""
+
+    arith: Arith  # arithmetic on the ints and nodes the emitted code computes with
+
+    def call(self, target: Any, args: tuple) -> Any:
+        """Insert ``target(*args)`` and return what stands for its result."""
+
+
+# Per dim of a root: (start, stop, step) of the root indices covered; with it, for each dim of
+# the current tensor, the root dim it walks (``regions.Region.box``).
+Box = tuple[tuple[Any, Any, Any], ...]
 
 
 def _dim(dim: int, ndim: int) -> int:
@@ -62,6 +97,15 @@ class Select:
         offset = geom.offset + _wrap_index(self.index, size[dim]) * stride[dim]
         del size[dim], stride[dim]
         return Geom(tuple(size), tuple(stride), offset), itemsize
+
+    def emit(self, x: Any, graph: Graph) -> Any:
+        return graph.call(_aten.select.int, (x, self.dim, self.index))
+
+    def box(self, box: Box, dims: tuple[int, ...]) -> tuple[Box, tuple[int, ...]]:
+        d = dims[self.dim]
+        start, _, step = box[d]
+        first = start + self.index * step
+        return _put(box, d, (first, first + 1, 1)), dims[: self.dim] + dims[self.dim + 1 :]
 
     def encode(self) -> tuple:
         return (self.dim, self.index)
@@ -105,6 +149,16 @@ class Slice:
             stop = min(max(stop + n if stop < 0 else stop, start), n)
         return start, (stop - start + k - 1) // k
 
+    def emit(self, x: Any, graph: Graph) -> Any:
+        return graph.call(_aten.slice.Tensor, (x, self.dim, self.start, self.stop, self.step))
+
+    def box(self, box: Box, dims: tuple[int, ...]) -> tuple[Box, tuple[int, ...]]:
+        """Exact for the bounds inference writes (in range: ``infer_view`` verifies them)."""
+        d = dims[self.dim]
+        start, _, step = box[d]
+        entry = (start + self.start * step, start + self.stop * step, step * self.step)
+        return _put(box, d, entry), dims
+
     def encode(self) -> tuple:
         return (self.dim, self.start, self.stop, self.step)
 
@@ -146,6 +200,22 @@ class AsStrided:
 
     def geometry(self, geom: Geom, itemsize: int | None) -> tuple[Geom, int | None]:
         return Geom(tuple(self.size), tuple(self.stride), self.storage_offset), itemsize
+
+    def emit(self, x: Any, graph: Graph) -> Any:
+        """``x`` with this size and stride at ``storage_offset`` elements past ``x``'s own
+        offset (a relative chain's), which is all ``as_strided`` may be given (Note [Storage
+        offsets] in passes/emit.py): without an offset it keeps its input's, and a nonzero one
+        is a ``slice`` of a flat view of ``x``."""
+        size, stride, rel = list(self.size), list(self.stride), self.storage_offset
+        if isinstance(rel, int) and rel == 0:
+            return graph.call(_aten.as_strided.default, (x, size, stride))
+        end = copy_extent(size, stride, graph.arith, start=rel)
+        flat = graph.call(_aten.as_strided.default, (x, [end], [1]))
+        shifted = graph.call(_aten.slice.Tensor, (flat, 0, rel, end))
+        return graph.call(_aten.as_strided.default, (shifted, size, stride))
+
+    def box(self, box: Box, dims: tuple[int, ...]) -> None:
+        return None  # any geometry: regions know it by its span (and its elements if few)
 
     def encode(self) -> tuple:
         return (len(self.size), *self.size, *self.stride, self.storage_offset)
@@ -189,6 +259,12 @@ class DtypeView:
             raise ValueError(f"{self} is not valid here")
         return out, self.dtype.itemsize
 
+    def emit(self, x: Any, graph: Graph) -> Any:
+        return graph.call(_aten.view.dtype, (x, self.dtype))
+
+    def box(self, box: Box, dims: tuple[int, ...]) -> None:
+        return None  # another element size: regions rescale the geometry instead
+
     def encode(self) -> tuple:
         return (_dtype_code(self.dtype),)
 
@@ -201,6 +277,59 @@ class DtypeView:
 
     def subscript(self) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class View:
+    """``aten.view.default(t, shape)``: the same elements, their dims split or merged (Note
+    [View steps] in views/geometry.py): ``qkv.split(...)[0].view(-1, H, D)`` is
+    ``[:, :H*D] -> view(T, H, D)``.
+
+    ``shape`` holds no ``-1``. Valid only where ATen allows the view (``geometry`` raises
+    ``ValueError`` otherwise); inference uses it only after checking that.
+    """
+
+    shape: tuple[IntLike, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        return _aten.view.default(t, list(self.shape))
+
+    def geometry(self, geom: Geom, itemsize: int | None) -> tuple[Geom, int | None]:
+        stride = view_strides(geom.size, geom.stride, self.shape)
+        if stride is None:
+            raise ValueError(f"{self} is not valid on sizes {geom.size}, strides {geom.stride}")
+        return Geom(self.shape, stride, geom.offset), itemsize
+
+    def emit(self, x: Any, graph: Graph) -> Any:
+        return graph.call(_aten.view.default, (x, list(self.shape)))
+
+    def box(self, box: Box, dims: tuple[int, ...]) -> None:
+        # Conservative: regions coalesce a geometry first (views.geometry.coalesced), so a
+        # split slice is a box of its root without this step; what is left is known by its span.
+        return None
+
+    def encode(self) -> tuple:
+        return (len(self.shape), *self.shape)
+
+    @classmethod
+    def decode(cls, wire: Sequence, pos: int) -> tuple[View, int]:
+        ndim = wire[pos]
+        if not isinstance(ndim, int) or ndim < 0:
+            raise MalformedViewsError(f"a view step of {ndim!r} dims")
+        return cls(tuple(wire[pos + 1 : pos + 1 + ndim])), pos + 1 + ndim
+
+    def __str__(self) -> str:
+        return f"view({', '.join(map(str, self.shape))})"
+
+    def subscript(self) -> None:
+        return None
+
+
+def _put(box: Box, d: int, entry: tuple) -> Box:
+    return box[:d] + (entry,) + box[d + 1 :]
 
 
 # The dtypes a ``DtypeView`` can name on the wire, by index. Append only: an index, once given,
@@ -232,7 +361,7 @@ def _dtype_of_code(code: Any) -> torch.dtype:
     return dtype
 
 
-Step = Select | Slice | AsStrided | DtypeView
+Step = Select | Slice | AsStrided | DtypeView | View
 
 # Wire tag -> step kind, the one table of step kinds (Note [A flat wire format] in wire.py): a
 # step is written as its tag, then its ``encode()``. Append only, like ``_WIRE_DTYPES``.
@@ -241,4 +370,5 @@ STEPS: dict[int, type[Step]] = {
     1: Slice,  # (1, dim, start, stop, step)
     2: AsStrided,  # (2, ndim, *size, *stride, storage_offset)
     3: DtypeView,  # (3, dtype code): see _WIRE_DTYPES
+    4: View,  # (4, ndim, *shape)
 }

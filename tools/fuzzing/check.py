@@ -35,7 +35,7 @@ class Failure:
     program: FuzzProgram
     strategy: str
     path: str
-    kind: str  # "mismatch" | "exception" | "limitation" (see LIMITATIONS)
+    kind: str  # "mismatch" | "exception" | "report" | "limitation" (see LIMITATIONS)
     message: str  # one line
     detail: str = ""  # the differing values, or the traceback's tail
     graphs: str = ""  # capture path: the functional and re-inplaced forward graphs
@@ -47,8 +47,8 @@ class Failure:
     @property
     def signature(self) -> tuple:
         """What "fails the same way" means while shrinking."""
-        if self.kind == "mismatch":
-            return ("mismatch",)
+        if self.kind in ("mismatch", "report"):
+            return (self.kind,)
         exc, _, msg = self.message.partition(": ")
         msg = re.sub(r"\d+", "N", msg)[:60]
         return ("exception", exc, msg)
@@ -84,13 +84,18 @@ def _no_compile_caches():
         functorch_config.enable_autograd_cache, inductor_config.fx_graph_cache = saved
 
 
-def _compile(fn: Callable, path: str) -> tuple[Callable, Any]:
+def _compile(fn: Callable, path: str, own: list | None = None) -> tuple[Callable, Any]:
+    """``fn`` compiled on ``path``, and on the capture path what was captured; there ``own``
+    receives each graph's copies of the program's own (``tools.report_copies``)."""
     if path == "aot_eager":
         return torch.compile(fn, backend="aot_eager", fullgraph=True), None
     if path == "capture":
         from autofunc.testing import compile_capture
 
-        return compile_capture(fn, fullgraph=True)
+        from ..report_copies import program_copies
+
+        before = None if own is None else (lambda gm: own.append(program_copies(gm)))
+        return compile_capture(fn, fullgraph=True, before_pass=before)
     if path == "inductor":
         return torch.compile(fn, fullgraph=True), None
     raise ValueError(f"unknown path {path!r}; expected one of {PATHS}")
@@ -265,8 +270,9 @@ def _check_once(
         torch._dynamo.reset()
         prog, make_inputs = program.build()
         inputs = make_inputs()
+        own: list = []
         try:
-            compiled, captured = _compile(prog, path)
+            compiled, captured = _compile(prog, path, own)
             got = compiled(*inputs)
         except Exception as e:  # noqa: BLE001
             root = _root_exception(e)
@@ -316,6 +322,14 @@ def _check_once(
                 "\n".join(bad),
                 _graphs(captured),
             )
+        if captured is not None and captured.reports:
+            from ..report_copies import check_report_copies
+
+            try:  # the report counts every copy of the graphs (Note [Every copy in the report])
+                check_report_copies(captured, own)
+            except AssertionError as e:
+                first = (str(e).splitlines() or [""])[0][:200]
+                return Failure(program, strategy, path, "report", first, str(e), _graphs(captured))
         return None
     finally:
         caches.__exit__(None, None, None)
