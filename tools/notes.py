@@ -3,10 +3,10 @@
 A Note is written, in the code (not in tests or docs), as a line that holds only
 ``Note [Title]`` (in a docstring, or in a comment that goes on below it), or as a docstring
 that opens with ``Note [Title]: text`` (or, where there is neither, a comment of several
-lines that does); it is cited as
-``Note [Title]`` anywhere (a citation may wrap across comment lines). A comment line that holds
-only the Note's name, with code below it, cites it. docs/architecture.md keeps an index of the
-Notes between its heading ``## Index of the Notes`` and the end of the file.
+lines that does); it is cited as ``Note [Title]`` anywhere (a citation may wrap across
+comment lines). A comment line that holds only the Note's name, with code below it, cites it.
+docs/architecture.md keeps an index of the Notes between its heading ``## Index of the Notes``
+and the end of the file.
 
     python -m tools.notes            # print the problems; exit 1 if any
     python -m tools.notes --write    # rewrite the index in docs/architecture.md
