@@ -56,7 +56,8 @@ def explain(
 
 
 def _explain_inductor(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None) -> Report:
-    from .inductor import collect_reports, install_pass  # first: Note [Importing the compiler ...]
+    # first: Note [Importing the compiler beside a first compile]
+    from .inductor import collect_reports, install_pass
 
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config

@@ -148,7 +148,7 @@ class ReinplacePass(_Base):
         # not run again; this does (Note [Guarding on the registrations] in guards.py).
         guard_current_compile(registry.state_token)
         _hook_inductor_cache()  # Inductor is computing its cache key: hook its hits first
-        _hook_post_grad()  # before the post-grad passes: Note [Reports after Inductor's ...]
+        _hook_post_grad()  # Note [Reports after Inductor's post-grad passes]
         own = hashlib.sha256(
             f"{_source_digest()};reinplace={inductor_config_enabled()};"
             f"adapters={adapter_kinds()}".encode()

@@ -920,8 +920,8 @@ def _dequant(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.
     "vLLM's fused norm + fp8 quant chain (issue 31): rms_norm_static_fp8_quant, "
     "fused_add_rms_norm_static_fp8_quant (the residual input written), "
     "rms_norm_dynamic_per_token_quant with the residual, then with scale_ub and no residual; "
-    "each output a torch.empty(fp8) between matmuls (Note [Out buffers allocated where they "
-    "are first used])",
+    "each output a torch.empty(fp8) between matmuls "
+    "(Note [Out buffers allocated where they are first used])",
 )
 def fp8_norm_quant_chain(h, residual, w, wl, scale, scale_ub):
     eps, dt = 1e-6, h.dtype

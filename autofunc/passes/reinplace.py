@@ -54,7 +54,14 @@ from ..hops.adapter import Mutation, accepted, mutation_targets, read_node, read
 from ..hops.common import Distinct, unpack_outputs
 from ..symbolic import is_symbolic, nbytes_hint
 from .alias import AliasAnalysis
-from .copies import CopyKind, account_copies, copy_node_set, copying, tag_new_copies, tag_write_backs
+from .copies import (
+    CopyKind,
+    account_copies,
+    copy_node_set,
+    copying,
+    tag_new_copies,
+    tag_write_backs,
+)
 from .emit import (
     NO_VAL,
     emit,

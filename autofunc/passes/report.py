@@ -273,9 +273,10 @@ class Report:
         ]
         own = [c for c in self.copies if not c.for_mutation]
         if own:
+            nbytes = format_bytes(sum(c.nbytes for c in own))
             lines.append(
-                f"{len(own)} copy node(s) of the program's own, {format_bytes(sum(c.nbytes for c in own))}"
-                " (eager makes them too; not counted below)"
+                f"{len(own)} copy node(s) of the program's own, {nbytes} (eager makes them "
+                "too; not counted below)"
             )
         return lines
 

@@ -28,6 +28,10 @@ def capture(fn, inputs):
     return captured
 
 
+def _inputs(name):
+    return corpus.PROGRAMS[name].inputs()
+
+
 def kinds(report: Report) -> dict:
     return dict(collections.Counter(c.kind.name for c in report.copies))
 
@@ -43,7 +47,7 @@ def test_corpus(strategy, name):
 def test_kept_clone_and_its_write_backs(strategy):
     """v1 writes k1[0] and k1[1] of one input through a kept clone of the first; the write-back
     scatters put the clone into the input and are counted with it."""
-    captured = capture(corpus.shared_storage_layers, corpus.PROGRAMS["shared_storage_layers"].inputs())
+    captured = capture(corpus.shared_storage_layers, _inputs("shared_storage_layers"))
     report = captured.report
     if strategy == "v1":
         assert kinds(report) == {"CLONE": 1, "WRITE_BACK": 2}
@@ -99,9 +103,7 @@ class TestText(expecttest.TestCase):
     def test_report_lines(self):
         regs = corpus.register_all("v1")
         try:
-            captured = capture(
-                corpus.shared_storage_layers, corpus.PROGRAMS["shared_storage_layers"].inputs()
-            )
+            captured = capture(corpus.shared_storage_layers, _inputs("shared_storage_layers"))
         finally:
             for r in regs:
                 r.remove()
@@ -116,7 +118,7 @@ copy copy__1: 128.0 KiB, puts the call's written value back into the memory it c
 
 
 def test_json_keeps_the_copies(strategy):
-    captured = capture(corpus.shared_storage_layers, corpus.PROGRAMS["shared_storage_layers"].inputs())
+    captured = capture(corpus.shared_storage_layers, _inputs("shared_storage_layers"))
     back = Report.from_json(captured.report.to_json())
     assert back.copies == captured.report.copies
     assert back.bytes_copied == captured.report.bytes_copied
@@ -150,4 +152,5 @@ def test_under_inductor(strategy, name):
     report = reports[0]
     assert sorted((c.node, c.nbytes) for c in report.copies) == sorted(graphs[0])
     assert kinds(report) == INDUCTOR_PROGRAMS[name][strategy]
-    assert report.bytes_copied == sum(c.nbytes for c in report.copies if c.kind is not CopyKind.OTHER)
+    mutations = [c for c in report.copies if c.kind is not CopyKind.OTHER]
+    assert report.bytes_copied == sum(c.nbytes for c in mutations)
