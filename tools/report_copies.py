@@ -16,7 +16,7 @@ import operator
 import torch
 from torch import fx
 
-from autofunc.hops.adapter import mutation_targets
+from autofunc.hops.adapter import accepted, mutation_targets
 from autofunc.passes.alias import SCATTER_VIEWS, VIEW_OPS
 from autofunc.testing import COPY_TARGETS, CapturedGraphs, copy_nodes
 
@@ -27,12 +27,13 @@ _OWN = (_aten.clone.default, _aten.copy.default)
 
 
 def program_copies(gm: fx.GraphModule) -> set[str]:
-    """The names of the copy nodes of ``gm`` (a graph before the pass) that copy no value an
-    autofunc call produced: the program's own. Functionalization makes no clone, and no
+    """The names of the copy nodes of ``gm`` (a graph before the pass) that copy no value a
+    call the pass decides produced: the program's own (or a node's the pass leaves to PyTorch). Functionalization makes no clone, and no
     functional ``copy``, of a call's value (``x.copy_(y)`` in the program becomes ``copy``),
     so those are the program's whatever they copy; a scatter or ``copy_`` is the program's
     unless its source is a call's value."""
-    hops = set(mutation_targets())
+    hops = {n for t in mutation_targets() for n in gm.graph.find_nodes(op="call_function", target=t)}
+    hops = {n for n in hops if accepted(n)}  # the calls the pass decides (not those it leaves)
     own = set()
     for n in gm.graph.nodes:
         if n.op != "call_function" or n.target not in COPY_TARGETS:
@@ -44,7 +45,7 @@ def program_copies(gm: fx.GraphModule) -> set[str]:
 
 def _from_call(src: object, hops: set) -> bool:
     while isinstance(src, fx.Node) and src.op == "call_function":
-        if src.target in hops:
+        if src in hops:
             return True
         if src.target in VIEW_OPS or src.target is operator.getitem:
             src = src.args[0]

@@ -21,7 +21,8 @@ graph gets one :class:`CopyKind`:
   call's outputs, forwards through views and through scatters and ``copy_`` that take the
   value as their source, and tagged ``WRITE_BACK``. Folding a scatter erases it, tag and all;
 * every other copy node is ``OTHER``: the program's own (``x.clone()``, a functionalized
-  ``x[0].add_(1)``) or another pass's, which eager makes as well.
+  ``x[0].add_(1)``), which eager makes as well, another pass's, or one that writes back a node
+  no adapter accepted (a PyTorch node the pass leaves to PyTorch).
 
 Inductor's own re-inplacing runs after autofunc's pass and turns each remaining scatter into a
 ``clone`` plus a ``copy_`` into a view of it, or a ``copy_`` into a view of its input, nodes
@@ -77,7 +78,10 @@ class CopyKind(enum.Enum):
     WRITE_BACK = "puts the call's written value back into the memory it came from"
     OUTPUT = "a returned value copied out of a graph input written in place"
     REPAIR = "a copy a backend repair adds"
-    OTHER = "the program's own copy (or another pass's), not made for an autofunc call"
+    OTHER = (
+        "not made for a call the pass decided: the program's own, another pass's, or one for a "
+        "node the pass leaves to PyTorch"
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ of the installed package).
 ``tests/test_fuzz.py`` runs a bounded one in CI.
 """
 
-from .check import LIMITATIONS, Failure, check
+from .check import LIMITATIONS, Failure, check, register_strategy
 from .generate import Features, generate, program_for
 from .ops import OP_NAMES, OPS, PATHS, REGIONS, STRATEGIES, m1, m2, m3, m3way, mlate, mopt, mret
 from .program import EagerError, FuzzProgram, Stmt
@@ -49,6 +49,7 @@ __all__ = [
     "mopt",
     "mret",
     "program_for",
+    "register_strategy",
     "repro_source",
     "shrink",
     "shrink_failure",

@@ -121,7 +121,9 @@ class _PyTorchNodes:
         self._patch.__exit__(None, None, None)
 
 
-def _register(strategy: str) -> list:
+def register_strategy(strategy: str) -> list:
+    """Route the fuzz ops to ``strategy`` (``builtin``, ``v1``, ``v2``, ``pytorch_v1``, ...);
+    call ``remove()`` on each returned object to undo."""
     if strategy == "builtin":
         return []
     if strategy.startswith("pytorch_"):  # pytorch_v1, pytorch_v2; _off: no adapters
@@ -234,7 +236,7 @@ def _up_to_numbers(message: str) -> str:
 
 def _run_compiled(program: FuzzProgram, strategy: str, path: str) -> tuple[Any, list]:
     """The program's outputs and final inputs, compiled on ``path`` under ``strategy``."""
-    regs = _register(strategy)
+    regs = register_strategy(strategy)
     caches = _no_compile_caches()
     caches.__enter__()
     try:
@@ -258,7 +260,7 @@ def _check_once(
     from autofunc.testing import same_result
 
     expected, eager_inputs = program.run_eager() if oracle is None else oracle
-    regs = _register(strategy)
+    regs = register_strategy(strategy)
     captured = None
     # FakeTensor logs every failing meta kernel at ERROR level; the failure carries it anyway.
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")

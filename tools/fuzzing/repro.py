@@ -26,6 +26,7 @@ import torch._inductor.config
 import autofunc
 from autofunc.testing import compile_capture, same_result
 from tools import fuzzing as fuzz  # defines the autofunc_fuzz ops (see their docstrings)
+from tools.report_copies import check_report_copies, program_copies
 
 ops = torch.ops.autofunc_fuzz
 regions = fuzz.REGIONS  # the nested_compile_region functions (Features.regions)
@@ -35,27 +36,28 @@ PATH = {path!r}
 
 {program}
 
-def _compile(fn):
+def _compile(fn, own):
     if PATH == "aot_eager":
-        return torch.compile(fn, backend="aot_eager", fullgraph=True)
+        return torch.compile(fn, backend="aot_eager", fullgraph=True), None
     if PATH == "capture":  # AOTAutograd + autofunc.reinplace on the forward graph, no Inductor
-        return compile_capture(fn, fullgraph=True)[0]
-    return torch.compile(fn, fullgraph=True)
+        before = lambda gm: own.append(program_copies(gm))  # noqa: E731
+        return compile_capture(fn, fullgraph=True, before_pass=before)
+    return torch.compile(fn, fullgraph=True), None
 
 
 def test_repro():
     torch._dynamo.reset()
     eager_inputs = make_inputs()
     expected = prog(*eager_inputs)
-    regs = []
-    if STRATEGY != "builtin":
-        regs = [autofunc.register(op, strategy=STRATEGY) for op in fuzz.OPS]
+    regs = fuzz.register_strategy(STRATEGY)
+    own = []
     try:
         inputs = make_inputs()
         # No compile caches: a cached artifact may come from another strategy.
         with torch._functorch.config.patch(enable_autograd_cache=False), \\
                 torch._inductor.config.patch(fx_graph_cache=False):
-            got = _compile(prog)(*inputs)
+            compiled, captured = _compile(prog, own)
+            got = compiled(*inputs)
     finally:
         for r in regs:
             r.remove()
@@ -63,6 +65,8 @@ def test_repro():
         assert same_result(e, g), f"output {{i}}: eager {{e}} vs compiled {{g}}"
     for i, (e, g) in enumerate(zip(eager_inputs, inputs)):
         assert same_result(e, g), f"input {{i}} after the call: eager {{e}} vs compiled {{g}}"
+    if captured is not None and captured.reports:  # the report counts every copy
+        check_report_copies(captured, own)
 
 
 if __name__ == "__main__":
