@@ -10,6 +10,7 @@ decides nothing. Symbolic sizes reach emitted code only as graph nodes (``geomet
 
 from __future__ import annotations
 
+import enum
 import logging
 import operator
 from typing import Any
@@ -40,6 +41,8 @@ __all__ = [
     "WRITTEN",
     "emit",
     "emit_as_strided",
+    "CloneKind",
+    "clone_kind",
     "emit_clone",
     "emit_fresh_alias",
     "emit_view",
@@ -132,10 +135,40 @@ def _view_val(mode: FakeTensorMode, target: Any, args: tuple) -> FakeTensor | No
         return None
 
 
+class CloneKind(enum.Enum):
+    """How a buffer is copied (Note [Clones for Inductor]): what :func:`clone_kind` picks and
+    :func:`emit_clone` emits."""
+
+    DENSE = "aten.clone, contiguous (Note [A buffer that overlaps itself])"
+    DENSE_PINNED = "aten.clone, contiguous, then pinned (pin_layout)"
+    CLONE = "aten.clone"
+    EMPTY_COPY = "empty_strided + copy_, the op call fixing the layout"
+    SPAN = "as_strided_scatter into a fresh zeroed span, viewed with as_strided"
+
+
+def clone_kind(src: fx.Node, *, aliased: bool = False, direct: bool = False) -> CloneKind:
+    """Which copy :func:`emit_clone` makes of ``src`` (Note [Clones for Inductor]); reads the
+    graph, changes nothing."""
+    val = src.meta["val"]
+    if overlaps_itself(val) and src.op != "placeholder":
+        return CloneKind.DENSE_PINNED if aliased or not direct else CloneKind.DENSE
+    if contiguous_or_false(val) and not aliased:
+        return CloneKind.CLONE
+    if direct and not aliased and src.op == "call_function" and src.target in VIEW_OPS:
+        return CloneKind.EMPTY_COPY
+    return CloneKind.SPAN
+
+
 def emit_clone(
-    ctx: Any, src: fx.Node, *, aliased: bool = False, direct: bool = False
+    ctx: Any,
+    src: fx.Node,
+    *,
+    aliased: bool = False,
+    direct: bool = False,
+    kind: CloneKind | None = None,
 ) -> fx.Node:
-    """``clone_exact(src)``: a copy with exactly ``src``'s size and strides.
+    """``clone_exact(src)``: a copy with exactly ``src``'s size and strides, of ``kind``
+    (default: :func:`clone_kind` of ``src``, ``aliased``, ``direct``).
 
     Note [Clones for Inductor]
     A contiguous tensor is copied with ``aten.clone``; a non-contiguous view that the op takes
@@ -167,14 +200,15 @@ def emit_clone(
     1)], a)``, where ``r2`` missed the writes through the narrow; the built-in is wrong too).
     """
     val = src.meta["val"]
-    if overlaps_itself(val) and src.op != "placeholder":
+    kind = clone_kind(src, aliased=aliased, direct=direct) if kind is None else kind
+    if kind in (CloneKind.DENSE, CloneKind.DENSE_PINNED):
         # Note [A buffer that overlaps itself]: a dense copy, not one with these strides.
         node = emit(ctx, _aten.clone.default, (src,), {"memory_format": torch.contiguous_format})
-        if aliased or not direct:
+        if kind is CloneKind.DENSE_PINNED:
             node = pin_layout(ctx, node)
-    elif contiguous_or_false(val) and not aliased:
+    elif kind is CloneKind.CLONE:
         node = emit(ctx, _aten.clone.default, (src,))
-    elif direct and not aliased and src.op == "call_function" and src.target in VIEW_OPS:
+    elif kind is CloneKind.EMPTY_COPY:
         # A view copied into a fresh buffer: Inductor lowers this copy_ as a new pointwise
         # buffer, whose layout the op call then fixes to these exact strides.
         size, stride = geometry_of(ctx, src)

@@ -39,6 +39,7 @@ backend.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import operator
 import warnings
@@ -63,6 +64,8 @@ from .copies import (
     tag_write_backs,
 )
 from .emit import (
+    CloneKind,
+    clone_kind,
     NO_VAL,
     emit,
     emit_clone,
@@ -94,7 +97,7 @@ from .rules import RULES, Query, Rule, decide
 from .scatters import fold_scatters
 from .walks import view_walk
 
-__all__ = ["RULES", "Rule", "reinplace"]
+__all__ = ["RULES", "Plan", "Rule", "apply_plan", "plan_buffer", "reinplace"]
 
 log = logging.getLogger("autofunc.reinplace")
 
@@ -266,78 +269,127 @@ def _mutation_nodes(graph: fx.Graph) -> list[fx.Node]:
 
 
 def _rewrite_call(ctx: Pass, node: fx.Node, m: Mutation) -> CallReport:
-    """Steps 3a-3c of Note [Pipeline] for one call, read as ``m``."""
+    """Steps 3a-3c of Note [Pipeline] for one call, read as ``m``: each buffer is planned
+    (:func:`plan_buffer`, which edits nothing) and the plan applied (:func:`apply_plan`), in
+    turn (Note [Buffers of one call decided in turn]); then the direct call."""
     bufs = buffers(m)
-    analysis, graph = ctx.analysis, ctx.gm.graph
-    decisions, new_bufs, arg_bases = [], [], []
+    graph = ctx.gm.graph
     outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
     keys: dict[int, list[Any]] = {i: [buf.out_index] for i, buf in enumerate(bufs)}
     for key, i in m.also_keys:  # outputs that hold a buffer's new value too
         keys[i].append(key)
-    inplace: list[Buffer] = []
     # Note [Every copy in the report]: the copies that write this call's values back
     tag_write_backs((outs[key] for ks in keys.values() for key in ks if key in outs), node.name)
+    plans: list[Plan] = []
+    arg_bases: list[fx.Node] = []
+    # any copy emitted for this call is one of its copies (Note [Every copy in the report])
     with graph.inserting_before(node), copying(ctx, CopyKind.CLONE, node.name):
         for k, buf in enumerate(bufs):  # step 3b
-            query = Query(ctx, node, m, buf, bufs, tuple(inplace))
-            reason, detail = decide(query)
-            if reason is Reason.INPLACE and query.realize is not None:
-                # Note [Reads moved back before the call], Note [Lazy reads computed before
-                # the call]
-                with copying(ctx, CopyKind.REALIZED, node.name):
-                    realize_before(ctx, node, query.realize)
-                detail = _realized_detail(query.realize)
-            decisions.append(
-                Decision(
-                    tuple(buf.args),
-                    buf.node.name,
-                    tuple(str(c) for c in buf.chains),
-                    reason,
-                    nbytes_hint(buf.node.meta.get("val")),
-                    detail,
-                )
-            )
-            log.debug("%s %s %s: %s %s", node.name, m.op_name, buf.args, reason.value, detail)
+            plan = plan_buffer(ctx, node, m, buf, bufs, tuple(p.buf for p in plans if p.inplace))
+            log.debug("%s %s %s: %s", node.name, m.op_name, buf.args, plan)
             mine = [outs.pop(key) for key in keys[k] if key in outs]  # this buffer's outputs
-            # Note [Clones for Inductor]: aliasing arguments need one fixed layout, and so does
-            # every buffer of a call that fixes no layout itself (Note [Region operands keep
-            # no computed layout] in hops/subgraph.py)
-            fix = ctx.policy.fix_aliased_layouts
-            aliased = fix and (not m.fixes_layouts or aliased_args(buf, written_regions(analysis, buf)))
-            if reason is Reason.INPLACE:
-                root = analysis.input_of(buf.node)
-                if root is not None:
-                    ctx.written_inputs.add(root)
-                new_bufs.append(buf.node)
-                pin = aliased or _realize_whole(ctx, buf)
-                arg_bases.append(pin_layout(ctx, buf.node) if pin else buf.node)
-                inplace.append(buf)
-                for o in mine:
-                    analysis.merge(buf.node, o)
-            else:
-                direct = all(c.is_alias for c in buf.chains)
-                clone = emit_clone(ctx, buf.node, aliased=aliased, direct=direct)
-                new_bufs.append(clone)
-                arg_bases.append(clone)
-                for o in mine:
-                    analysis.track(clone, o)
-            for o in mine:
-                o.replace_all_uses_with(new_bufs[-1])
-                graph.erase_node(o)
-            # Note [Buffers of one call decided in turn]
-            if reason is Reason.INPLACE and buf.node.op != "placeholder":
-                fold_scatters(ctx, buf.node)
-                # after the fold: the scatters of the next buffers still start from the root
-                _pin_unrealized_root(ctx, buf.node)
+            arg_bases.append(apply_plan(ctx, node, plan, mine))
+            plans.append(plan)
         call, num_returns = _emit_call(ctx, node, m, arg_bases)  # step 3c
     for key, user in outs.items():  # what is left: the op's own outputs
         repl = call if num_returns is None else getitem_of(graph, call, key, user)
-        if user in analysis.version:
-            analysis.track(repl, user)
+        if user in ctx.analysis.version:
+            ctx.analysis.track(repl, user)
         user.replace_all_uses_with(repl)
         graph.erase_node(user)
     graph.erase_node(node)
-    return CallReport(node.name, m.op_name, m.strategy, decisions, m.note)
+    return CallReport(node.name, m.op_name, m.strategy, [p.decision for p in plans], m.note)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the pass does with one buffer of a call, decided before the graph is touched:
+    the decision, and every action it takes. :func:`apply_plan` carries it out."""
+
+    buf: Buffer
+    decision: Decision
+    # written in place: computed before the call first (the ruling's condition), and whether
+    # the op takes a pinned alias of the buffer (``pin_layout``)
+    realize: Realization | None = None
+    pin: bool = False
+    # cloned: the kind of copy (Note [Clones for Inductor])
+    clone: CloneKind | None = None
+
+    @property
+    def inplace(self) -> bool:
+        return bool(self.decision)
+
+    def __str__(self) -> str:
+        how = f"pinned={self.pin}" if self.inplace else f"copy={self.clone.name}"
+        return f"{self.decision.reason.value} {self.decision.detail} ({how})"
+
+
+def plan_buffer(
+    ctx: Pass,
+    node: fx.Node,
+    m: Mutation,
+    buf: Buffer,
+    bufs: list[Buffer],
+    inplace: tuple[Buffer, ...],
+) -> Plan:
+    """The plan for ``buf``, one of the buffers ``bufs`` of the call ``node`` (``inplace``:
+    those already written in place): ``RULES`` decide (``rules.decide``), then how the buffer
+    is handed to the op. Reads the graph and the analysis; changes neither."""
+    ruling = decide(Query(ctx, node, m, buf, bufs, inplace))
+    detail = ruling.detail
+    if ruling.reason is Reason.INPLACE and ruling.realize is not None:
+        detail = _realized_detail(ruling.realize)
+    decision = Decision(
+        tuple(buf.args),
+        buf.node.name,
+        tuple(str(c) for c in buf.chains),
+        ruling.reason,
+        nbytes_hint(buf.node.meta.get("val")),
+        detail,
+    )
+    # Note [Clones for Inductor]: aliasing arguments need one fixed layout, and so does every
+    # buffer of a call that fixes no layout itself (Note [Region operands keep no computed
+    # layout] in hops/subgraph.py)
+    aliased = ctx.policy.fix_aliased_layouts and (
+        not m.fixes_layouts or aliased_args(buf, written_regions(ctx.analysis, buf))
+    )
+    if decision:
+        return Plan(buf, decision, ruling.realize, pin=aliased or _realize_whole(ctx, buf))
+    direct = all(c.is_alias for c in buf.chains)
+    return Plan(buf, decision, clone=clone_kind(buf.node, aliased=aliased, direct=direct))
+
+
+def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> fx.Node:
+    """Carry out ``plan`` before the call ``node``: every graph edit and every change to the
+    pass's state it implies (the written inputs, the alias analysis), in one place. The HOP's
+    ``outputs`` of the buffer then denote what the op writes. Returns the node the op's
+    arguments are regenerated from."""
+    graph, analysis, buf = ctx.gm.graph, ctx.analysis, plan.buf.node
+    if plan.inplace:
+        if plan.realize is not None:
+            # Note [Reads moved back before the call], Note [Lazy reads computed before the
+            # call]
+            with copying(ctx, CopyKind.REALIZED, node.name):
+                realize_before(ctx, node, plan.realize)
+        root = analysis.input_of(buf)
+        if root is not None:
+            ctx.written_inputs.add(root)
+        new, base = buf, (pin_layout(ctx, buf) if plan.pin else buf)
+        for o in outputs:
+            analysis.merge(buf, o)
+    else:
+        new = base = emit_clone(ctx, buf, kind=plan.clone)
+        for o in outputs:
+            analysis.track(new, o)
+    for o in outputs:
+        o.replace_all_uses_with(new)
+        graph.erase_node(o)
+    # Note [Buffers of one call decided in turn]
+    if plan.inplace and buf.op != "placeholder":
+        fold_scatters(ctx, buf)
+        # after the fold: the scatters of the next buffers still start from the root
+        _pin_unrealized_root(ctx, buf)
+    return base
 
 
 # Note [Buffers of one call decided in turn]

@@ -32,7 +32,7 @@ from .report import Reason
 from .scatters import SAME_BYTES, all_scatters_fold
 from .walks import users_through_views, view_root, view_walk
 
-__all__ = ["RULES", "Query", "Rule", "Verdict", "decide"]
+__all__ = ["RULES", "Provided", "Query", "Rule", "Ruling", "Verdict", "decide"]
 
 # -- step 3b: decide --------------------------------------------------------------------------
 
@@ -47,11 +47,9 @@ class Query:
     buf: Buffer
     bufs: list[Buffer]  # every buffer of the call, ``buf`` among them
     inplace: tuple[Buffer, ...] = ()  # the buffers of the call already written in place
-    # lazy values to compute before the call when the buffer is written in place (the rules
-    # "lazy read under Inductor" and "old value read later")
-    realize: Realization | None = None
-    # what "lazy read under Inductor" found, for "old value read later" to add to
-    lazy_readers: tuple[fx.Node, ...] = ()
+    # what an earlier rule made its consent depend on (set by ``decide`` only): "old value
+    # read later" adds the reads "lazy read under Inductor" moves to its own
+    provided: Provided | None = None
 
     @functools.cached_property
     def root(self) -> fx.Node:
@@ -69,7 +67,27 @@ class Query:
         return any(analysis.same_memory(node, b.node) for b in self.inplace)
 
 
-Verdict = tuple[Reason, str] | None  # a reason to clone (and its detail), or None: no objection
+@dataclasses.dataclass(frozen=True)
+class Provided:
+    """A rule's consent on a condition: in place, provided ``realize`` is done first (its lazy
+    values computed before the call: Notes [Lazy reads computed before the call], [Reads
+    moved back before the call]). ``readers``: the reads it covers."""
+
+    realize: Realization
+    readers: tuple[fx.Node, ...] = ()
+
+
+# a reason to clone (and its detail), consent on a condition, or None: no objection
+Verdict = tuple[Reason, str] | Provided | None
+
+
+class Ruling(NamedTuple):
+    """What ``decide`` rules for one buffer: in place (``Reason.INPLACE``) or why not, and the
+    action that must come first where a rule consented on a condition."""
+
+    reason: Reason
+    detail: str
+    realize: Realization | None = None
 
 
 def _disabled(q: Query) -> Verdict:
@@ -332,8 +350,7 @@ def _lazy_read(q: Query) -> Verdict:
         return None
     plan = plan_realization(q.node, readers, ctx.outputs, lazy, written_here=q.written_here)
     if plan is not None and plan.nbytes < nbytes_hint(q.buf.node.meta.get("val")):
-        q.realize, q.lazy_readers = plan, tuple(readers)
-        return None
+        return Provided(plan, tuple(readers))
     return Reason.LAZY_READ, f"by {readers[0].name}"
 
 
@@ -347,16 +364,18 @@ def _read_later(q: Query) -> Verdict:
         return None
     lazy = ctx.policy.lazy_reader
     if lazy is not None:  # Note [Reads moved back before the call]: only where reads are lazy
-        earlier = [*q.lazy_readers, *(r for r in readers if r < q.node and lazy(r))]
+        moved = q.provided.readers if q.provided is not None else ()
+        earlier = [*moved, *(r for r in readers if r < q.node and lazy(r))]
         plan = plan_hoist(q.node, later, earlier, ctx.outputs, lazy, q.written_here)
         if plan is not None and plan.nbytes < nbytes_hint(q.buf.node.meta.get("val")):
-            q.realize = plan
-            return None
+            return Provided(plan)  # it computes the earlier rule's reads too
     return Reason.READ_LATER, f"by {later[0].name}"
 
 
 class Rule(NamedTuple):
-    """One soundness rule: ``check`` returns why the buffer must be cloned, or ``None``."""
+    """One soundness rule: ``check`` returns why the buffer must be cloned, its consent on a
+    condition (:class:`Provided`: an action that must come first), or ``None``. A rule reads
+    the graph and the analysis and changes neither."""
 
     name: str
     check: Callable[[Query], Verdict]
@@ -380,10 +399,16 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def decide(q: Query) -> tuple[Reason, str]:
-    """Whether ``q.buf`` may be written in place (Reason.INPLACE) or why it must be cloned."""
+def decide(q: Query) -> Ruling:
+    """Whether ``q.buf`` may be written in place (Reason.INPLACE) or why it must be cloned.
+    The first objection wins; a rule that consents on a condition (:class:`Provided`) is
+    heard by the later ones through ``q.provided``, and the last such condition is the
+    action the ruling carries."""
+    provided = None
     for rule in RULES:
         verdict = rule.check(q)
-        if verdict is not None:
-            return verdict
-    return Reason.INPLACE, ""
+        if isinstance(verdict, Provided):
+            q.provided = provided = verdict
+        elif verdict is not None:
+            return Ruling(*verdict)
+    return Ruling(Reason.INPLACE, "", provided.realize if provided is not None else None)

@@ -97,7 +97,29 @@ def test_first_objection_wins(monkeypatch):
     monkeypatch.setattr(
         R, "RULES", (rule("a", None), rule("b", (Reason.READ_LATER, "b")), rule("c", None))
     )
-    assert R.decide(None) == (Reason.READ_LATER, "b")
+    assert R.decide(None) == (Reason.READ_LATER, "b", None)
     assert seen == ["a", "b"]  # later rules are not asked
     monkeypatch.setattr(R, "RULES", (rule("a", None),))
-    assert R.decide(None) == (Reason.INPLACE, "")
+    assert R.decide(None) == (Reason.INPLACE, "", None)
+
+
+def test_consent_on_a_condition(monkeypatch):
+    """A rule that consents on a condition returns the action; the later rules see it
+    (``q.provided``), the last one given is the ruling's, and an objection still wins."""
+    first, second = R.Provided("realize first", ("r1",)), R.Provided("realize second")
+    heard = []
+
+    def rule(name, verdict):
+        def check(q):
+            heard.append((name, q.provided))
+            return verdict
+
+        return R.Rule(name, check)
+
+    q = types.SimpleNamespace(provided=None)
+    monkeypatch.setattr(R, "RULES", (rule("a", first), rule("b", None), rule("c", second)))
+    assert R.decide(q) == (Reason.INPLACE, "", "realize second")
+    assert heard == [("a", None), ("b", first), ("c", first)]
+    q = types.SimpleNamespace(provided=None)
+    monkeypatch.setattr(R, "RULES", (rule("a", first), rule("b", (Reason.READ_LATER, "x"))))
+    assert R.decide(q) == (Reason.READ_LATER, "x", None)
