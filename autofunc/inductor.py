@@ -10,8 +10,6 @@ Inductor's cache delivers the report stored with it (Note [Reports on a cache hi
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import functools
 import hashlib
 import inspect
@@ -20,8 +18,6 @@ import logging
 import sys
 import threading
 import weakref
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,6 +44,8 @@ from .passes.inductor_repairs import INDUCTOR
 from .passes.reinplace import reinplace
 from .passes.copies import account_copies
 from .passes.report import Report
+from .reports import collect_reports, deliver, last_reports
+from .source_key import source_digest
 
 __all__ = [
     "ReinplacePass",
@@ -64,63 +62,17 @@ __all__ = [
 log = logging.getLogger("autofunc.inductor")
 
 
-class _PassState:
-    """The Inductor glue's state: the re-inplace switch and where each graph's report goes.
-
-    ``reinplace`` (default True): set it to False to decompose the HOPs without re-inplacing
-    (every buffer is cloned); it is part of the pass's cache key. Each report of a graph with
-    autofunc calls goes to every open ``collect_reports()`` block (``blocks``, guarded by
-    ``lock``: graphs compile in several threads) and to ``recent``, the last 64 for
-    ``last_reports`` (bounded, so a long-running server does not accumulate them).
-    """
+class _Switch:
+    """The re-inplace switch of Inductor's pass: ``reinplace`` (default True) set to False
+    decomposes the HOPs without re-inplacing (every buffer is cloned); it is part of the pass's
+    cache key. ``lock`` guards the Inductor cache hooks' state (``_unclaimed``, ``_hooked``)."""
 
     def __init__(self) -> None:
         self.reinplace = True
-        self.blocks: list[list] = []
         self.lock = threading.Lock()
-        self.recent: collections.deque = collections.deque(maxlen=64)
-
-    def deliver(self, report: Any) -> None:
-        self.recent.append(report)
-        with self.lock:
-            for reports in self.blocks:
-                reports.append(report)
 
 
-_state = _PassState()
-
-
-@contextlib.contextmanager
-def collect_reports() -> Iterator[list]:
-    """Collect the re-inplace report of every graph Inductor compiles inside the block::
-
-        with collect_reports() as reports:
-            torch.compile(fn)(*args)
-        print(reports[0])
-
-    A graph served from Inductor's FX graph cache or AOTAutograd's cache runs no post-grad
-    pass; its report, stored with the cache entry when the graph was compiled, is delivered
-    here on the hit, the same as a fresh compile's (Note [Reports on a cache hit]). Where this
-    torch does not let autofunc store or replay it, the ``autofunc`` log says so at INFO and
-    ``explain`` (which turns both caches off) or ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``
-    shows the decisions.
-    """
-    reports: list = []
-    with _state.lock:
-        _state.blocks.append(reports)
-    try:
-        yield reports
-    finally:
-        with _state.lock:
-            _state.blocks.remove(reports)
-
-
-def last_reports(clear: bool = False) -> list:
-    """The reports of the most recently compiled graphs (at most 64), oldest first."""
-    out = list(_state.recent)
-    if clear:
-        _state.recent.clear()
-    return out
+_state = _Switch()
 
 
 class ReinplacePass(_Base):
@@ -150,7 +102,7 @@ class ReinplacePass(_Base):
         _hook_inductor_cache()  # Inductor is computing its cache key: hook its hits first
         _hook_post_grad()  # Note [Reports after Inductor's post-grad passes]
         own = hashlib.sha256(
-            f"{_source_digest()};reinplace={inductor_config_enabled()};"
+            f"{source_digest()};reinplace={inductor_config_enabled()};"
             f"adapters={adapter_kinds()}".encode()
         )
         then = tuple(p.uuid() if hasattr(p, "uuid") else repr(p) for p in _passes(self.then))
@@ -176,7 +128,7 @@ def run_pass(gm: torch.fx.GraphModule, is_inference: bool | None, note: str = ""
         _keep_for_cache(gm, report)
         pending = getattr(_post_grad, "pending", None)
         if pending is None:  # not inside Inductor's post-grad passes: the graph is final
-            _deliver(report)
+            deliver(report)
         else:
             pending.append((gm, report))
 
@@ -218,17 +170,10 @@ def _hook_post_grad() -> None:
                 if outer is not None:  # a subgraph: delivered with its parent graph
                     outer.append((module, report))
                 else:
-                    _deliver(report)
+                    deliver(report)
 
     _recursive_post_grad_passes._autofunc = True  # type: ignore[attr-defined]
     compile_fx._recursive_post_grad_passes = _recursive_post_grad_passes
-
-
-def _deliver(report: Report) -> None:
-    """Where a graph's report goes: the open ``collect_reports`` blocks, ``last_reports`` and
-    PyTorch's diagnostics; the same for a graph compiled now and one loaded from the cache."""
-    _state.deliver(report)
-    _publish(report)
 
 
 class DeviceBackstop(CustomGraphModulePass):
@@ -319,33 +264,6 @@ def _uninstall_backstops() -> None:
             table[device] = current.then
 
 
-def _publish(report: Any) -> None:
-    """Note [Diagnostics the PyTorch way]
-    Each compiled graph's report goes where PyTorch's own compile diagnostics go: the log
-    ``autofunc`` (``TORCH_LOGS=autofunc`` prints the report, ``+autofunc`` each decision as it
-    is made), the structured trace (``TORCH_TRACE=dir``; ``tlparse`` lists it as the artifact
-    ``autofunc_reinplace_report``), and ``torch._dynamo.utils.counters["autofunc"]`` (calls,
-    buffers in place and cloned, bytes cloned and saved, copy nodes for mutations and their
-    bytes), beside Inductor's counters."""
-    from torch._dynamo.utils import counters
-    from torch._logging import trace_structured
-
-    log.info("%s", report)
-    trace_structured(
-        "artifact",
-        metadata_fn=lambda: {"name": "autofunc_reinplace_report", "encoding": "string"},
-        payload_fn=lambda: str(report),
-    )
-    c = counters["autofunc"]
-    c["calls"] += len(report.calls)
-    c["inplace"] += sum(1 for d in report.decisions if d)
-    c["cloned"] += report.num_clones
-    c["bytes_cloned"] += report.bytes_cloned
-    c["bytes_saved"] += report.bytes_saved
-    c["copies"] += len(report.mutation_copies)
-    c["bytes_copied"] += report.bytes_copied
-
-
 # Note [Reports on a cache hit]
 # On a hit in Inductor's FX graph cache or AOTAutograd's cache no post-grad pass runs, so
 # autofunc's pass delivers no report: the log, the counters, the trace artifact and
@@ -358,7 +276,7 @@ def _publish(report: Any) -> None:
 # call). Inductor pickles the whole object into the FX graph cache (AOTAutograd's cache refers
 # to that entry, or bundles the same object), so the attribute comes back with it. Every hit,
 # through either cache, goes through ``FxGraphCache.cache_hit_post_compile``; autofunc's wrapper
-# there delivers the stored reports exactly as the pass would have (``_deliver``). Neither
+# there delivers the stored reports exactly as the pass would have (``reports.deliver``). Neither
 # key changes: the attribute is set after the key was computed, and an entry is found only
 # under the key of the same input graph and the same autofunc code and registrations (Note
 # [The cache key covers the graph's code]), which decide the report. Both hooks are private
@@ -404,7 +322,7 @@ def _replay(compiled: Any) -> None:
         return
     log.debug("autofunc: %d report(s) of a graph loaded from Inductor's cache", len(reports))
     for report in reports:
-        _deliver(report)
+        deliver(report)
 
 
 def _calls_registered_op(source: str) -> bool:
@@ -497,46 +415,6 @@ def _hook_inductor_cache() -> None:
 
             cache_hit_post_compile._autofunc = True  # type: ignore[attr-defined]
             cache_cls.cache_hit_post_compile = staticmethod(cache_hit_post_compile)
-
-
-# Note [The cache key covers the graph's code]
-# On a hit in Inductor's FX graph cache or AOTAutograd's cache neither functionalization nor the
-# pass runs, so their key (``ReinplacePass.uuid``) must change with every piece of autofunc code
-# that decides what a compiled graph holds: the pass, the HOPs and their view chains, and the
-# registry (which HOP a call becomes: a v1 call may become v2). A hand-kept list of those
-# modules goes stale when one is added, moved or split into a package, so every source file of
-# the package is hashed, at any depth, except those that only run around a compile. What the
-# pass and the registry import is checked against this set by tests/test_inductor.py.
-_NOT_IN_GRAPH = frozenset(
-    {
-        "__main__.py",  # ``python -m autofunc``: the CLI
-        "cli.py",  # the CLI: explain and the benchmarks from a shell
-        "explain.py",  # its compile turns Inductor's and AOTAutograd's caches off
-        "testing.py",  # test helpers: their capture backend is not Inductor and is not cached
-        "bench",  # benchmarks: build, compile and time programs
-        "kernels",  # autofunc.kernels: custom ops; a graph names them, their code runs in them
-    }
-)
-
-
-def _graph_sources() -> list[Path]:
-    """The package's source files that the cache key hashes, in a fixed order."""
-    root = Path(__file__).parent
-    return sorted(
-        path for path in root.rglob("*.py") if path.relative_to(root).parts[0] not in _NOT_IN_GRAPH
-    )
-
-
-@functools.lru_cache(maxsize=1)
-def _source_digest() -> str:
-    """sha256 over the path (relative to the package) and the bytes of each graph source."""
-    root = Path(__file__).parent
-    digest = hashlib.sha256()
-    for path in _graph_sources():
-        data = path.read_bytes()
-        digest.update(f"{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()
 
 
 def inductor_config_enabled() -> bool:

@@ -286,7 +286,7 @@ def test_aliased_arguments_stay_distinct_objects(strategy, path):
 
 def test_reports_are_collected_per_block_and_bounded():
     # Issue 10 item 3: reports used to accumulate for the life of the process.
-    from autofunc import inductor
+    from autofunc import inductor, reports
 
     def f(x, out):
         _axpy(x, out)
@@ -306,9 +306,9 @@ def test_reports_are_collected_per_block_and_bounded():
                 torch.compile(f, backend="inductor")(torch.randn(4), torch.zeros(4))
         torch._dynamo.reset()
         torch.compile(f, backend="inductor", dynamic=True)(torch.randn(5), torch.zeros(5))
-    assert len(inner) == 1 and len(outer) == 1 and not inductor._state.blocks
+    assert len(inner) == 1 and len(outer) == 1 and not reports._reports.blocks
     assert [c.op for c in outer[0].calls] == ["af_adopt2::axpy.default"]
-    assert inductor._state.recent.maxlen is not None
+    assert reports._reports.recent.maxlen is not None
 
 
 def test_registry_imports_no_backend():

@@ -9,7 +9,7 @@ import pkgutil
 from pathlib import Path
 
 import autofunc
-from autofunc import inductor
+from autofunc import inductor, source_key
 
 _ROOT = Path(autofunc.__file__).parent
 
@@ -67,7 +67,7 @@ def test_the_key_hashes_everything_the_pass_and_the_registry_import():
     for package in (autofunc.hops, autofunc.passes, autofunc.registry):
         roots += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
     needed = {_module_file(m).resolve() for m in _closure(roots)}
-    hashed = {p.resolve() for p in inductor._graph_sources()}
+    hashed = {p.resolve() for p in source_key.graph_sources()}
     assert not needed - hashed, sorted(str(p.relative_to(_ROOT)) for p in needed - hashed)
     # What the key leaves out cannot change a graph: the pass and the registry never import it.
     left_out = {p.resolve() for p in _ROOT.rglob("*.py")} - hashed
@@ -75,7 +75,7 @@ def test_the_key_hashes_everything_the_pass_and_the_registry_import():
 
 
 def test_the_key_hashes_folders_at_any_depth():
-    rel = {p.relative_to(_ROOT).as_posix() for p in inductor._graph_sources()}
+    rel = {p.relative_to(_ROOT).as_posix() for p in source_key.graph_sources()}
     assert {"registry/routing.py", "inductor.py", "hops/v2.py", "passes/reinplace.py"} <= rel
     assert not {r for r in rel if r.split("/")[0] in ("bench", "cli.py", "explain.py")}
 
@@ -92,12 +92,12 @@ def test_the_key_changes_with_the_registrys_source(monkeypatch):
         return data + b"\n# edited\n" if routing else data
 
     monkeypatch.setattr(pathlib.Path, "read_bytes", edited)
-    inductor._source_digest.cache_clear()
+    source_key.source_digest.cache_clear()
     try:
         after = inductor.ReinplacePass().uuid()
     finally:
         monkeypatch.undo()
-        inductor._source_digest.cache_clear()
+        source_key.source_digest.cache_clear()
     assert after[0] != before[0] and after[1:] == before[1:]
     assert inductor.ReinplacePass().uuid() == before
 

@@ -10,7 +10,7 @@ import autofunc
 ROOT = Path(autofunc.__file__).parent
 
 LAYERS = [
-    {"errors", "symbolic", "compiler_imports"},
+    {"errors", "symbolic", "compiler_imports", "reports", "source_key"},
     {"schema", "views"},
     {"regions"},
     {"hops"},
