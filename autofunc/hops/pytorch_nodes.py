@@ -39,6 +39,7 @@ Imports ``adapter``, ``v1`` (the mutable slots of a call), ``v2_entries``, ``vie
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -52,7 +53,7 @@ from .adapter import Mutation, Slot, register_adapter, registered, unregister_ad
 from .v1 import mutable_slots
 from .v2_entries import TracedBases, read_slots
 
-__all__ = ["PyTorchV1Adapter", "PyTorchV2Adapter", "enable", "enabled"]
+__all__ = ["PyTorchCall", "PyTorchV1Adapter", "PyTorchV2Adapter", "enable", "enabled"]
 
 log = logging.getLogger("autofunc.reinplace")
 
@@ -88,6 +89,18 @@ def _read_or_leave(adapter: Any, node: Any) -> Mutation | bool:
         return _leave(node, str(e))
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PyTorchCall(Mutation):
+    """A PyTorch node around a custom op as the pass sees it (Note [The adapter seam] in
+    hops/adapter.py): a custom op call whose outputs hold the new buffers at PyTorch's
+    positions (Note [PyTorch's nodes as mutations])."""
+
+    keys: tuple[int, ...]  # per buffer, the output holding its new value
+
+    def output_keys(self, i: int) -> tuple[int, ...]:
+        return (self.keys[i],)
+
+
 def _outputs_before_buffers(node: Any, num_buffers: int) -> int:
     val = node.meta.get("val")
     if not isinstance(val, (tuple, list)) or len(val) < num_buffers:
@@ -121,13 +134,13 @@ class PyTorchV1Adapter:
         for arg in info.mutable_args:
             kwargs[arg.name] = None
         slots = tuple(Slot(name, None, k, views.ViewChain()) for k, (name, _, _) in enumerate(found))
-        return Mutation(
+        return PyTorchCall(
             info,
             self.strategy,
             tuple(t for _, _, t in found),
             slots,
             kwargs,
-            buffer_keys=tuple(n + position[name] for name, _, _ in found),
+            keys=tuple(n + position[name] for name, _, _ in found),
         )
 
 
@@ -158,13 +171,13 @@ class PyTorchV2Adapter:
         slots = read_slots(kwargs, list(info.mutable_names), traced, name)
         for a in op._schema.arguments:
             kwargs.setdefault(a.name, a.default_value)
-        return Mutation(
+        return PyTorchCall(
             info,
             self.strategy,
             bases,
             tuple(slots),
             kwargs,
-            buffer_keys=tuple(n + i for i in range(len(bases))),
+            keys=tuple(n + i for i in range(len(bases))),
         )
 
 

@@ -33,8 +33,9 @@ Imports ``adapter``, ``views``, ``errors`` and ``symbolic`` only (and PyTorch's 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch._ops import HigherOrderOperator
@@ -44,7 +45,7 @@ from ..errors import UnsupportedCallError
 from .adapter import DirectCall, Mutation, register_adapter, registered, unregister_adapter
 from .v2_entries import TracedBases, read_slots
 
-__all__ = ["SubgraphAdapter", "enable", "enabled"]
+__all__ = ["RegionCall", "SubgraphAdapter", "enable", "enabled"]
 
 log = logging.getLogger("autofunc.reinplace")
 
@@ -86,37 +87,52 @@ class SubgraphAdapter:
         originals = TracedBases(node, tuple(hop_val[n:]), n)
         written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
         slots = read_slots(kwargs, written, originals, name)
-        names = [a.name for a in schema.arguments]
-        order = [a.name for a in schema.arguments if not a.kwarg_only]
-
-        def call(tensors: list[Any]) -> DirectCall:
-            full = mutation.call_kwargs(tensors)
-            missing = [k for k in names if k not in full]
-            if missing:
-                raise ValueError(f"no value for {missing}")
-            positional = tuple(full.pop(k) for k in order)
-            return DirectCall(
-                hop,
-                positional,
-                full,
-                n,
-                eager_input_vals=False,
-                returns_tuple=True,
-                declares_writes=False,
-            )
-
-        mutation = Mutation(
+        return RegionCall(
             None,
             self.strategy,
             bases,
             tuple(slots),
             kwargs,
+            hop=hop,
             name=name,
-            buffer_keys=tuple(n + i for i in range(len(bases))),
-            call=call,
-            fixes_layouts=False,  # Note [Region operands keep no computed layout]
+            schema=schema,
+            num_outputs=n,
         )
-        return mutation
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RegionCall(Mutation):
+    """A region call as the pass sees it (Note [The adapter seam] in hops/adapter.py): its
+    direct call is the higher-order op itself, returning its ``num_outputs`` outputs as one
+    tuple, with every buffer's write declared around it (the backend does not see what a
+    region writes) and no layout fixed for its operands."""
+
+    fixes_layouts: ClassVar[bool] = False  # Note [Region operands keep no computed layout]
+    returns_tuple: ClassVar[bool] = True
+    eager_input_vals: ClassVar[bool] = False
+
+    hop: HigherOrderOperator
+    name: str  # what reports call it: ``invoke_subgraph:<identifier>``
+    schema: Any  # the region's ``torch.FunctionSchema``
+    num_outputs: int  # the region's outputs, before the new bases
+
+    @property
+    def op_name(self) -> str:
+        return self.name
+
+    def output_keys(self, i: int) -> tuple[int, ...]:
+        return (self.num_outputs + i,)
+
+    def direct_call(self, args: list[Any]) -> DirectCall:
+        full = self.call_kwargs(args)
+        missing = [a.name for a in self.schema.arguments if a.name not in full]
+        if missing:
+            raise ValueError(f"no value for {missing}")
+        positional = tuple(full.pop(a.name) for a in self.schema.arguments if not a.kwarg_only)
+        return DirectCall(self.hop, positional, full, self.num_outputs)
+
+    def declared_writes(self, buffers: list[Any]) -> list[Any]:
+        return list(buffers)
 
 
 # Note [Region operands keep no computed layout]

@@ -42,6 +42,7 @@ Imports ``adapter``, ``common``, ``views`` and ``regions`` only (and PyTorch's H
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -64,7 +65,7 @@ from .adapter import (
 )
 from .common import same_storage
 
-__all__ = ["TritonAdapter", "enable", "enabled", "kernel_name"]
+__all__ = ["KernelCall", "TritonAdapter", "enable", "enabled", "kernel_name"]
 
 # The node's own arguments besides ``kwargs`` (the kernel's) and ``tensors_to_clone``.
 _LAUNCH = ("kernel_idx", "constant_args_idx", "grid", "tma_descriptor_metadata")
@@ -104,15 +105,13 @@ class TritonAdapter:
                 buffer_of[k] = buffer_of[same]
         slots = tuple(Slot(k, None, buffer_of[k], views.ViewChain()) for k in written)
         reads = {k: (None if k in written else v) for k, v in args.items()}
-        # the graph goes on with the copy of the last pointer of a tensor
+        # the graph goes on with the copy of the last pointer of a tensor; every output that
+        # names a pointer of the buffer holds its new value
         last = {i: k for k, i in buffer_of.items()}
-        keys = tuple(last[i] for i in range(len(firsts)))
-        also = tuple((k, i) for k, i in buffer_of.items() if k != last[i])
-
-        def call(new: list[Any]) -> DirectCall:
-            kwargs = {**args, **dict(zip(written, new, strict=True))}
-            return DirectCall(triton_kernel_wrapper_mutation, (), {**launch, "kwargs": kwargs}, 0)
-
+        keys = tuple(
+            (last[i], *(k for k, j in buffer_of.items() if j == i and k != last[i]))
+            for i in range(len(firsts))
+        )
         notes = []
         unknown = sorted(
             k
@@ -133,18 +132,38 @@ class TritonAdapter:
                 "so); reads among them may be cloned needlessly "
                 "(Note [A kernel that writes every tensor it gets])"
             )
-        return Mutation(
+        return KernelCall(
             None,
             self.strategy,
             tuple(args[k] for k in firsts),
             slots,
             reads,
-            name=kernel_name(launch["kernel_idx"]),
-            buffer_keys=keys,
-            also_keys=also,
-            call=call,
             note="; ".join(notes),
+            launch=launch,
+            keys=keys,
         )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KernelCall(Mutation):
+    """A ``triton_kernel_wrapper_functional`` call as the pass sees it (Note [The adapter
+    seam] in hops/adapter.py): its outputs are keyed by argument name, and its direct call is
+    ``triton_kernel_wrapper_mutation`` of the same kernel, constants, grid and TMA metadata
+    (``launch``), returning nothing."""
+
+    launch: dict[str, Any]  # the node's own arguments (``_LAUNCH``)
+    keys: tuple[tuple[str, ...], ...]  # per buffer, the names of the outputs holding it
+
+    @property
+    def op_name(self) -> str:
+        return kernel_name(self.launch["kernel_idx"])
+
+    def output_keys(self, i: int) -> tuple[str, ...]:
+        return self.keys[i]
+
+    def direct_call(self, args: list[Any]) -> DirectCall:
+        kwargs = self.call_kwargs(args)
+        return DirectCall(triton_kernel_wrapper_mutation, (), {**self.launch, "kwargs": kwargs}, 0)
 
 
 def _eager_values(node: Any) -> dict[str, Any] | None:

@@ -90,14 +90,14 @@ class Buffer:
     """One mutable buffer of a call: a v2 base or a v1 mutable tensor, and its output slot."""
 
     node: fx.Node
-    out_index: Any  # the key of the HOP's output that holds its copy (Mutation.buffer_key)
+    out_index: Any  # the key of the HOP's output that holds its copy (``Mutation.output_keys(i)[0]``)
     args: list[str]  # labels of the mutable arguments regenerated from it
     chains: list[views.ViewChain]  # the chain of each, relative (Note [Relative chains])
     written: list[Region] | None = None  # memo of written_regions()
 
 
 def buffers(m: Mutation) -> list[Buffer]:
-    bufs = [Buffer(b, m.buffer_key(i), [], []) for i, b in enumerate(m.buffers)]
+    bufs = [Buffer(b, m.output_keys(i)[0], [], []) for i, b in enumerate(m.buffers)]
     for slot in m.slots:
         bufs[slot.buffer].args.append(slot.label)
         bufs[slot.buffer].chains.append(slot.relative_chain)

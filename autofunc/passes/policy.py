@@ -57,7 +57,7 @@ class Policy:
     # backend keeps it, an opaque op where it would fold the alias into its input.
     alias_op: Any = torch.ops.aten.alias.default
     # The op declaring, just before and just after a call whose writes the backend cannot see
-    # (``DirectCall.declares_writes`` false: an ``invoke_subgraph``), the buffers it writes
+    # (``Mutation.declared_writes``: an ``invoke_subgraph``), the buffers it writes
     # (Note [Writes Inductor cannot see] in emit.py); ``None``: the backend runs the graph in
     # its order, nothing to declare.
     hidden_writes_op: Any = None

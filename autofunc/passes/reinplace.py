@@ -43,7 +43,6 @@ import dataclasses
 import logging
 import operator
 import warnings
-from typing import Any
 
 import torch
 from torch import fx
@@ -275,9 +274,7 @@ def _rewrite_call(ctx: Pass, node: fx.Node, m: Mutation) -> CallReport:
     bufs = buffers(m)
     graph = ctx.gm.graph
     outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
-    keys: dict[int, list[Any]] = {i: [buf.out_index] for i, buf in enumerate(bufs)}
-    for key, i in m.also_keys:  # outputs that hold a buffer's new value too
-        keys[i].append(key)
+    keys = {i: m.output_keys(i) for i in range(len(bufs))}  # Note [The adapter seam]
     # Note [Every copy in the report]: the copies that write this call's values back
     tag_write_backs((outs[key] for ks in keys.values() for key in ks if key in outs), node.name)
     plans: list[Plan] = []
@@ -462,7 +459,7 @@ def _emit_call(
     ctx: Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]
 ) -> tuple[fx.Node, int | None]:
     """The direct call (``m.direct_call``), with each mutable argument regenerated from its
-    (new) buffer; returns it and how many op outputs it has, ``None`` where the call itself is
+    (new) buffer and the writes ``m.declared_writes`` declared around it; returns it and how many op outputs it has, ``None`` where the call itself is
     its one output (else they are ``getitem`` of it)."""
     # Note [Arguments keep their identity] in hops/common.py.
     distinct = Distinct(lambda n: emit_fresh_alias(ctx, n), lambda n: n)
@@ -483,7 +480,7 @@ def _emit_call(
     hop_val = node.meta.get("val")
     # An op returning its arguments (Note [Ops that return their arguments]) returns what it
     # is given: its fake kernel says so.
-    if direct.returns_tuple:
+    if m.returns_tuple:
         val = None if hop_val is None else tuple(hop_val[:n])
     elif m.info is None:
         val = None if n == 0 else NO_VAL
@@ -491,19 +488,20 @@ def _emit_call(
         val = NO_VAL
     else:
         val = unpack_outputs(m.info, tuple(hop_val[:n]))
-    declare = ctx.policy.hidden_writes_op if not direct.declares_writes else None
-    written = list(dict.fromkeys(new_bufs))  # Note [Writes Inductor cannot see] in emit.py
+    declare = ctx.policy.hidden_writes_op
+    # Note [Writes Inductor cannot see] in emit.py
+    written = list(dict.fromkeys(m.declared_writes(new_bufs)))
     if declare is not None and written:
         emit(ctx, declare, (written, []), val=None)
     call = emit(ctx, direct.target, direct.args, direct.kwargs, val=val)
     inherit_unbacked_bindings(call, node, n)  # Note [Unbacked outputs]
-    if direct.eager_input_vals:
+    if m.eager_input_vals:
         # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's
         # inputs to these values, which have exactly the strides eager passes.
         call.meta["eager_input_vals"] = fake_values((direct.args, direct.kwargs))
     if declare is not None and written:
         emit(ctx, declare, (written, _tensor_outputs(ctx, call, n)), val=None)
-    return call, (None if n == 1 and not direct.returns_tuple else n)
+    return call, (None if n == 1 and not m.returns_tuple else n)
 
 
 def _tensor_outputs(ctx: Pass, call: fx.Node, n: int) -> list[fx.Node]:
