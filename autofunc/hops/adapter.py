@@ -46,6 +46,7 @@ from .. import views
 from ..schema import OpInfo
 
 __all__ = [
+    "RUN_FAKE",
     "Adapter",
     "DirectCall",
     "Mutation",
@@ -100,6 +101,11 @@ class DirectCall:
     num_returns: int
 
 
+# What ``Mutation.direct_value`` returns where the pass is to compute the direct call's fake
+# value by running its target on fake values.
+RUN_FAKE: Any = object()
+
+
 @dataclasses.dataclass(frozen=True)
 class Mutation:
     """What one functional mutation node does, read off the node by its adapter.
@@ -152,6 +158,18 @@ class Mutation:
             kwargs.pop(a.name) for a in self.info.op._schema.arguments if not a.kwarg_only
         )
         return DirectCall(self.info.op, positional, kwargs, self.info.num_returns)
+
+    def direct_value(self, hop_val: Any, n: int) -> Any:
+        """The fake value of the direct call, given the node's (``hop_val``, its first ``n``
+        entries the op's outputs), or :data:`RUN_FAKE`. By default what the op returns, taken
+        from the node's value; an op returning its arguments (Note [Ops that return their
+        arguments]) returns what it is given, so its fake kernel is run."""
+        if self.info is None:
+            return None if n == 0 else RUN_FAKE
+        if hop_val is None or self.info.returned_args:
+            return RUN_FAKE
+        flat, k = tuple(hop_val[:n]), self.info.num_returns
+        return None if k == 0 else flat[0] if k == 1 else flat
 
     def declared_writes(self, buffers: list[Any]) -> list[Any]:
         """Which of ``buffers`` (what the direct call's slots are regenerated from, in buffer

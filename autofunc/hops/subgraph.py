@@ -131,6 +131,9 @@ class RegionCall(Mutation):
         positional = tuple(full.pop(a.name) for a in self.schema.arguments if not a.kwarg_only)
         return DirectCall(self.hop, positional, full, self.num_outputs)
 
+    def direct_value(self, hop_val: Any, n: int) -> Any:
+        return None if hop_val is None else tuple(hop_val[:n])
+
     def declared_writes(self, buffers: list[Any]) -> list[Any]:
         return list(buffers)
 

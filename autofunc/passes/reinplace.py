@@ -50,8 +50,15 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from .. import hops as _hops  # noqa: F401 - registers the v1 and v2 adapters
 from ..errors import GraphError
-from ..hops.adapter import Mutation, accepted, mutation_targets, read_node, reading_once
-from ..hops.common import Distinct, unpack_outputs
+from ..hops.adapter import (
+    RUN_FAKE,
+    Mutation,
+    accepted,
+    mutation_targets,
+    read_node,
+    reading_once,
+)
+from ..hops.common import Distinct
 from ..symbolic import is_symbolic, nbytes_hint
 from .alias import AliasAnalysis
 from .copies import (
@@ -477,17 +484,8 @@ def _emit_call(
     direct = m.direct_call([tensors[s.label] for s in m.slots])
     n = direct.num_returns
     # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.
-    hop_val = node.meta.get("val")
-    # An op returning its arguments (Note [Ops that return their arguments]) returns what it
-    # is given: its fake kernel says so.
-    if m.returns_tuple:
-        val = None if hop_val is None else tuple(hop_val[:n])
-    elif m.info is None:
-        val = None if n == 0 else NO_VAL
-    elif hop_val is None or m.info.returned_args:
-        val = NO_VAL
-    else:
-        val = unpack_outputs(m.info, tuple(hop_val[:n]))
+    val = m.direct_value(node.meta.get("val"), n)
+    val = NO_VAL if val is RUN_FAKE else val
     declare = ctx.policy.hidden_writes_op
     # Note [Writes Inductor cannot see] in emit.py
     written = list(dict.fromkeys(m.declared_writes(new_bufs)))
