@@ -189,7 +189,9 @@ def reinplace(
         return _reinplace(gm, enable, is_inference, policy)
 
 
-def _reinplace(gm: fx.GraphModule, enable: bool, is_inference: bool | None, policy: Policy) -> Report:
+def _reinplace(
+    gm: fx.GraphModule, enable: bool, is_inference: bool | None, policy: Policy
+) -> Report:
     hops = _mutation_nodes(gm.graph)
     report = Report(graph=type(gm).__name__)
     if not hops:
@@ -492,7 +494,7 @@ def _emit_call(
     else:
         val = unpack_outputs(m.info, tuple(hop_val[:n]))
     declare = ctx.policy.hidden_writes_op if not direct.declares_writes else None
-    written = list(dict.fromkeys(new_bufs))  # Note [Writes Inductor cannot see] in emit.py
+    written = list(dict.fromkeys(new_bufs))  # Note [Writes Inductor cannot see] in inductor_ops.py
     if declare is not None and written:
         emit(ctx, declare, (written, []), val=None)
     call = emit(ctx, direct.target, direct.args, direct.kwargs, val=val)
@@ -509,7 +511,7 @@ def _emit_call(
 def _tensor_outputs(ctx: Pass, call: fx.Node, n: int) -> list[fx.Node]:
     """The tensor outputs of ``call`` (``getitem``s of it, or the call itself), which the
     declaration after it takes so that the call stays even when nothing else uses them (Note
-    [Writes Inductor cannot see] in emit.py)."""
+    [Writes Inductor cannot see] in inductor_ops.py)."""
     val = call.meta.get("val")
     if isinstance(val, torch.Tensor):
         return [call]
