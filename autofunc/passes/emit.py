@@ -36,9 +36,7 @@ from .copies import tag_emitted
 log = logging.getLogger("autofunc.passes.emit")
 
 __all__ = [
-    "FRESH_ALIAS",
     "NO_VAL",
-    "WRITTEN",
     "emit",
     "emit_as_strided",
     "CloneKind",
@@ -295,42 +293,11 @@ class _StepGraph:
         return emit(self.ctx, target, args)
 
 
-# Note [A fresh alias Inductor keeps]
-# Inductor lowers ``aten.alias`` (and any view with its buffer's own layout) to the buffer
-# itself, so generated code would pass one tensor object where eager passes two aliases of one
-# storage (Note [Arguments keep their identity] in hops/common.py). ``autofunc::fresh_alias`` is an
-# opaque op with an aliasing schema: Inductor calls it as an extern kernel and passes its
-# result, a new tensor object over the same memory. Only the second and later identical
-# arguments of a call use it; the first is the buffer itself, so Inductor still sees the op
-# mutate that buffer and orders later reads after the call.
-_lib = torch.library.Library("autofunc", "DEF")
-_lib.define("fresh_alias(Tensor(a) x) -> Tensor(a)")
-for _key in ("CompositeExplicitAutograd", "Meta"):
-    _lib.impl("fresh_alias", lambda x: _aten.alias.default(x), _key)
-FRESH_ALIAS = torch.ops.autofunc.fresh_alias.default
-
-# Note [Writes Inductor cannot see]
-# Inductor lowers ``invoke_subgraph`` (a ``nested_compile_region``) to an extern call that only
-# *reads* its operands: nothing tells the scheduler that the region writes some of them, so it
-# may move a read of the old value after the call, or a read of the new value (the epilogue's
-# copy-back) before it. PyTorch's own decomposition of ``auto_functionalized_v2`` around
-# ``invoke_subgraph`` is wrong that way (its copy-back of a cloned cache ran before the region).
-# ``autofunc::written(Tensor(a!)[] xs, Tensor[] after)`` does nothing at run time and declares
-# a write of ``xs``: emitted just before such a call and just after it, on the buffers the call
-# writes, it makes Inductor order every earlier read of them before the call (reads of the old
-# value run before a mutation) and every later read after it (they read the mutated buffer).
-# The one after the call also takes the call's outputs (``after``): Inductor drops an
-# ``invoke_subgraph`` whose outputs nothing uses, writes and all (fuzz seed 20261259 #32:
-# ``g = region(b, r)`` with ``g`` unused left ``b`` unwritten, with PyTorch's handling too).
-_lib.define("written(Tensor(a!)[] xs, Tensor[] after) -> ()")
-for _key in ("CompositeExplicitAutograd", "Meta"):
-    _lib.impl("written", lambda xs, after: None, _key)
-WRITTEN = torch.ops.autofunc.written.default
 
 
 def emit_fresh_alias(ctx: Any, node: fx.Node) -> fx.Node:
     """A new tensor object over ``node``'s memory: ``ctx.policy.alias_op`` of it (Note [A
-    fresh alias Inductor keeps])."""
+    fresh alias Inductor keeps] in inductor_ops.py)."""
     return emit(ctx, ctx.policy.alias_op, (node,))
 
 

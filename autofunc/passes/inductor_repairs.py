@@ -20,7 +20,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..hops.adapter import mutation_targets
 from .alias import VIEW_OPS
-from .emit import FRESH_ALIAS, WRITTEN, emit_clone
+from .emit import emit_clone
+from .inductor_ops import FRESH_ALIAS, WRITTEN
 from .facts import Pass
 from .policy import Policy
 from .share_views import share_input_views

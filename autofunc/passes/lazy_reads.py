@@ -1,4 +1,6 @@
-"""Lazy reads computed before a call instead of a clone of the buffer (Inductor only).
+"""Lazy reads computed before a call instead of a clone of the buffer: for a backend whose
+policy has lazy readers (``Policy.lazy_reader``: Inductor's); under a policy without them the
+rules that plan these never find a lazy read, and nothing here runs.
 
 Note [Lazy reads computed before the call]
 Inductor computes a pointwise node (or a small reduction) where its value is first needed, so

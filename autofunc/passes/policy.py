@@ -53,13 +53,13 @@ class Policy:
     # of unrealized buffers under Inductor] in reinplace.py).
     pin_views_of_unrealized: bool = False
     # The op giving the second and later identical arguments of a call a tensor object of
-    # their own (Note [A fresh alias Inductor keeps] in emit.py): ``aten.alias`` where the
+    # their own (Note [A fresh alias Inductor keeps] in inductor_ops.py): ``aten.alias`` where the
     # backend keeps it, an opaque op where it would fold the alias into its input.
     alias_op: Any = torch.ops.aten.alias.default
     # The op declaring, just before and just after a call whose writes the backend cannot see
     # (``Mutation.declared_writes``: an ``invoke_subgraph``), the buffers it writes
-    # (Note [Writes Inductor cannot see] in emit.py); ``None``: the backend runs the graph in
-    # its order, nothing to declare.
+    # (Note [Writes Inductor cannot see] in inductor_ops.py); ``None``: the backend runs the
+    # graph in its order, nothing to declare.
     hidden_writes_op: Any = None
     # Graph repairs run before the facts are gathered, in order, each given the graph.
     before: tuple[Callable[[fx.Graph], Any], ...] = ()

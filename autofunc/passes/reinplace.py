@@ -19,12 +19,16 @@ The pass runs these steps, in this order; the modules cite them by number.
 
    a. read through its adapter (``hops/adapter.py``) into its buffers and the regions each
       writes (``facts.py``); the copies that put its values back are tagged (``copies.py``);
-   b. each buffer in turn (Note [Buffers of one call decided in turn]): decided (``rules.py``:
-      ``RULES`` asked in order, the first objection wins); the reads the decision moves or
-      computes before the call put there (``lazy_reads.py``); then written in place (its
-      layout pinned where needed) or cloned (``emit.py``); written in place, the scatters that
-      put back what it wrote are folded (``scatters.py``) and the root of its views pinned
-      where the backend has not computed it;
+   b. each buffer in turn (Note [Buffers of one call decided in turn]), first planned, then
+      the plan carried out. ``plan_buffer`` edits nothing: ``RULES`` are asked in order
+      (``rules.py``; the first objection wins, a rule may consent on a condition, the reads
+      to compute before the call), and the plan says whether the op takes a pinned alias of
+      a buffer written in place, or which copy a cloned one gets (``emit.clone_kind``).
+      ``apply_plan`` is the one place that edits the graph and the pass's state for it: the
+      reads computed before the call (``lazy_reads.py``), the buffer written in place
+      (pinned) or cloned (``emit.py``), its outputs rewired in the alias analysis; written in
+      place, the scatters that put back what it wrote are folded (``scatters.py``) and the
+      root of its views pinned where the backend has not computed it;
    c. the direct op call emitted on the buffers or their clones, the call's outputs rewired.
 4. Outputs (``outputs.py``): epilogue copies that became ``copy_(x, x)`` removed, fresh outputs
    in a written input's memory copied at the end, saved ones kept from the backward's reuse.
@@ -195,7 +199,9 @@ def reinplace(
         return _reinplace(gm, enable, is_inference, policy)
 
 
-def _reinplace(gm: fx.GraphModule, enable: bool, is_inference: bool | None, policy: Policy) -> Report:
+def _reinplace(
+    gm: fx.GraphModule, enable: bool, is_inference: bool | None, policy: Policy
+) -> Report:
     hops = _mutation_nodes(gm.graph)
     report = Report(graph=type(gm).__name__)
     if not hops:
@@ -487,7 +493,7 @@ def _emit_call(
     val = m.direct_value(node.meta.get("val"), n)
     val = NO_VAL if val is RUN_FAKE else val
     declare = ctx.policy.hidden_writes_op
-    # Note [Writes Inductor cannot see] in emit.py
+    # Note [Writes Inductor cannot see] in inductor_ops.py
     written = list(dict.fromkeys(m.declared_writes(new_bufs)))
     if declare is not None and written:
         emit(ctx, declare, (written, []), val=None)
@@ -505,7 +511,7 @@ def _emit_call(
 def _tensor_outputs(ctx: Pass, call: fx.Node, n: int) -> list[fx.Node]:
     """The tensor outputs of ``call`` (``getitem``s of it, or the call itself), which the
     declaration after it takes so that the call stays even when nothing else uses them (Note
-    [Writes Inductor cannot see] in emit.py)."""
+    [Writes Inductor cannot see] in inductor_ops.py)."""
     val = call.meta.get("val")
     if isinstance(val, torch.Tensor):
         return [call]

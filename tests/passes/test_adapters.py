@@ -14,7 +14,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 import autofunc
 from autofunc import views
 from autofunc.hops import adapter
-from autofunc.passes.emit import WRITTEN
+from autofunc.passes.inductor_ops import WRITTEN
 from autofunc.passes.policy import GENERIC
 from autofunc.schema import op_info
 from autofunc.testing import same_result

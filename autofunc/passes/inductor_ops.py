@@ -1,0 +1,47 @@
+"""The two ops Inductor's policy has the pass emit (``INDUCTOR.alias_op`` and
+``INDUCTOR.hidden_writes_op`` in ``inductor_repairs.py``): ``autofunc::fresh_alias`` and
+``autofunc::written``. Defined here, with the Inductor knowledge, not by the emitter: under
+:data:`~autofunc.passes.policy.GENERIC` the pass emits ``aten.alias`` and declares nothing.
+Importing this module defines them (``inductor_repairs`` does, and every graph Inductor
+compiles with them has imported it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["FRESH_ALIAS", "WRITTEN"]
+
+_aten = torch.ops.aten
+
+# Note [A fresh alias Inductor keeps]
+# Inductor lowers ``aten.alias`` (and any view with its buffer's own layout) to the buffer
+# itself, so generated code would pass one tensor object where eager passes two aliases of one
+# storage (Note [Arguments keep their identity] in hops/common.py). ``autofunc::fresh_alias`` is an
+# opaque op with an aliasing schema: Inductor calls it as an extern kernel and passes its
+# result, a new tensor object over the same memory. Only the second and later identical
+# arguments of a call use it; the first is the buffer itself, so Inductor still sees the op
+# mutate that buffer and orders later reads after the call.
+_lib = torch.library.Library("autofunc", "DEF")
+_lib.define("fresh_alias(Tensor(a) x) -> Tensor(a)")
+for _key in ("CompositeExplicitAutograd", "Meta"):
+    _lib.impl("fresh_alias", lambda x: _aten.alias.default(x), _key)
+FRESH_ALIAS = torch.ops.autofunc.fresh_alias.default
+
+# Note [Writes Inductor cannot see]
+# Inductor lowers ``invoke_subgraph`` (a ``nested_compile_region``) to an extern call that only
+# *reads* its operands: nothing tells the scheduler that the region writes some of them, so it
+# may move a read of the old value after the call, or a read of the new value (the epilogue's
+# copy-back) before it. PyTorch's own decomposition of ``auto_functionalized_v2`` around
+# ``invoke_subgraph`` is wrong that way (its copy-back of a cloned cache ran before the region).
+# ``autofunc::written(Tensor(a!)[] xs, Tensor[] after)`` does nothing at run time and declares
+# a write of ``xs``: emitted just before such a call and just after it, on the buffers the call
+# writes, it makes Inductor order every earlier read of them before the call (reads of the old
+# value run before a mutation) and every later read after it (they read the mutated buffer).
+# The one after the call also takes the call's outputs (``after``): Inductor drops an
+# ``invoke_subgraph`` whose outputs nothing uses, writes and all (fuzz seed 20261259 #32:
+# ``g = region(b, r)`` with ``g`` unused left ``b`` unwritten, with PyTorch's handling too).
+_lib.define("written(Tensor(a!)[] xs, Tensor[] after) -> ()")
+for _key in ("CompositeExplicitAutograd", "Meta"):
+    _lib.impl("written", lambda xs, after: None, _key)
+WRITTEN = torch.ops.autofunc.written.default
