@@ -55,7 +55,6 @@ __all__ = [
     "copy_nbytes",
     "copy_node_set",
     "copying",
-    "is_copy",
     "tag_emitted",
     "tag_new_copies",
     "tag_write_backs",
@@ -73,6 +72,8 @@ _SCATTERS_FROM = "autofunc.copy_source"  # on a scatter's source: the scatter's 
 
 
 class CopyKind(enum.Enum):
+    """What a copy node of the final graph is for (Note [Every copy in the report])."""
+
     CLONE = "a clone of a buffer the op writes (the decision's)"
     REALIZED = "a value read before the call, computed into a buffer of its own"
     WRITE_BACK = "puts the call's written value back into the memory it came from"
@@ -96,10 +97,6 @@ class Copy:
     @property
     def for_mutation(self) -> bool:
         return self.kind is not CopyKind.OTHER
-
-
-def is_copy(node: fx.Node) -> bool:
-    return node.op == "call_function" and node.target in COPY_TARGETS
 
 
 def copy_nbytes(node: fx.Node) -> int:
