@@ -45,7 +45,7 @@ from torch import fx
 
 from ..symbolic import nbytes_hint
 from .alias import SCATTER_VIEWS, VIEW_OPS
-from .walks import view_walk
+from .walks import users_through_views, view_walk
 
 __all__ = [
     "COPY_TARGETS",
@@ -202,16 +202,11 @@ def _kind_from_source(node: fx.Node) -> tuple[CopyKind, str]:
 def _kind_from_destination(clone: fx.Node) -> tuple[CopyKind, str]:
     """A clone nobody tagged: the kind of a tagged ``copy_`` into it (or into a view of it),
     which is how Inductor decomposes a scatter; else ``OTHER``."""
-    todo = [clone]
-    while todo:
-        n = todo.pop()
-        for u in n.users:
-            if u.op != "call_function":
-                continue
-            if u.target is _aten.copy_.default and u.args and u.args[0] is n:
-                tag = u.meta.get(_TAG)
-                if tag is not None and tag[0] is not CopyKind.OTHER:
-                    return tag
-            elif u.target in VIEW_OPS and u.args and u.args[0] is n:
-                todo.append(u)
+    found = users_through_views(clone)
+    into = {clone, *(u for u in found if u.op == "call_function" and u.target in VIEW_OPS)}
+    for u in found:
+        if u.target is _aten.copy_.default and u.args and u.args[0] in into:
+            tag = u.meta.get(_TAG)
+            if tag is not None and tag[0] is not CopyKind.OTHER:
+                return tag
     return _OTHER
