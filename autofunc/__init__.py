@@ -88,5 +88,5 @@ def __getattr__(name: str):  # Note [Inductor imported when first needed]
     if name == "inductor":
         return importlib.import_module(".inductor", __name__)
     if name in ("reinplace_triton_kernels", "reinplace_nested_regions", "reinplace_pytorch_nodes"):
-        return getattr(importlib.import_module(".inductor", __name__), name)
+        return getattr(importlib.import_module(".registry.switches", __name__), name)
     raise AttributeError(f"module 'autofunc' has no attribute {name!r}")

@@ -11,7 +11,6 @@ Inductor's cache delivers the report stored with it (Note [Reports on a cache hi
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import itertools
 import logging
@@ -37,24 +36,21 @@ except ImportError:  # pragma: no cover
 from . import registry
 from .guards import guard_current_compile
 from .hops import pytorch_nodes as _pytorch_nodes
-from .hops import subgraph as _subgraph
 from .hops import triton as _triton
-from .hops.adapter import accepted, adapter_kinds, mutation_targets
-from .passes.inductor_repairs import INDUCTOR
+from .hops.adapter import accepted, mutation_targets
+from .passes.inductor_policy import INDUCTOR
 from .passes.reinplace import reinplace
 from .passes.copies import account_copies
 from .passes.report import Report
 from .reports import collect_reports, deliver, last_reports
-from .source_key import source_digest
+from .registry import switches
+from .registry.switches import pass_key
 
 __all__ = [
     "ReinplacePass",
     "collect_reports",
     "install_pass",
     "last_reports",
-    "reinplace_nested_regions",
-    "reinplace_pytorch_nodes",
-    "reinplace_triton_kernels",
     "run_pass",
     "uninstall_pass",
 ]
@@ -62,17 +58,8 @@ __all__ = [
 log = logging.getLogger("autofunc.inductor")
 
 
-class _Switch:
-    """The re-inplace switch of Inductor's pass: ``reinplace`` (default True) set to False
-    decomposes the HOPs without re-inplacing (every buffer is cloned); it is part of the pass's
-    cache key. ``lock`` guards the Inductor cache hooks' state (``_unclaimed``, ``_hooked``)."""
-
-    def __init__(self) -> None:
-        self.reinplace = True
-        self.lock = threading.Lock()
-
-
-_state = _Switch()
+# guards the Inductor cache hooks' state (``_unclaimed``, ``_hooked``)
+_lock = threading.Lock()
 
 
 class ReinplacePass(_Base):
@@ -101,12 +88,8 @@ class ReinplacePass(_Base):
         guard_current_compile(registry.state_token)
         _hook_inductor_cache()  # Inductor is computing its cache key: hook its hits first
         _hook_post_grad()  # Note [Reports after Inductor's post-grad passes]
-        own = hashlib.sha256(
-            f"{source_digest()};reinplace={inductor_config_enabled()};"
-            f"adapters={adapter_kinds()}".encode()
-        )
         then = tuple(p.uuid() if hasattr(p, "uuid") else repr(p) for p in _passes(self.then))
-        return (own.hexdigest(), registry.state_token(), then)
+        return (*pass_key(), then)  # the switches' module says what it covers
 
 
 def _passes(value: Any) -> tuple:
@@ -121,7 +104,7 @@ def run_pass(gm: torch.fx.GraphModule, is_inference: bool | None, note: str = ""
     report (``note``: where it ran, when not in the post-pass slot)."""
     _hook_inductor_cache()
     report = reinplace(
-        gm, enable=inductor_config_enabled(), is_inference=is_inference, policy=INDUCTOR
+        gm, enable=switches.state.reinplace, is_inference=is_inference, policy=INDUCTOR
     )
     if report.calls:
         report.note = note
@@ -292,7 +275,7 @@ _said: set[str] = set()
 
 
 def _keep_for_cache(gm: torch.nn.Module, report: Report) -> None:
-    with _state.lock:
+    with _lock:
         _unclaimed.setdefault(gm, []).append((next(_sequence), report))
 
 
@@ -301,7 +284,7 @@ def _claim_reports(compiled: Any, gm: Any) -> None:
     ``compiled`` that Inductor built from it (Note [Reports on a cache hit])."""
     if not isinstance(gm, torch.nn.Module):
         return
-    with _state.lock:
+    with _lock:
         found = [entry for module in gm.modules() for entry in _unclaimed.pop(module, ())]
     found.sort(key=lambda entry: entry[0])
     setattr(compiled, _REPORTS_ATTR, tuple(report.to_json() for _, report in found))
@@ -368,7 +351,7 @@ def _hook_inductor_cache() -> None:
     output_code = sys.modules.get("torch._inductor.output_code")
     if codecache is None or output_code is None:
         return
-    with _state.lock:
+    with _lock:
         if _hooked:
             return
         _hooked = True
@@ -417,10 +400,6 @@ def _hook_inductor_cache() -> None:
             cache_cls.cache_hit_post_compile = staticmethod(cache_hit_post_compile)
 
 
-def inductor_config_enabled() -> bool:
-    return _state.reinplace
-
-
 def install_pass() -> None:
     """Install the pass in this thread's Inductor config and as the process-wide default.
 
@@ -462,50 +441,3 @@ def _rewrap(change: Any) -> None:
             entry.default = new
         except AttributeError:  # pragma: no cover - a config entry without a settable default
             pass
-
-
-def reinplace_triton_kernels(enabled: bool = True) -> None:
-    """Let autofunc's pass decide the clones of user Triton kernels too (``enabled``), or
-    leave them to Inductor's own re-inplacing again (the default).
-
-    A kernel launched from compiled code (``torch.library.wrap_triton(kernel)[grid](...)`` or a
-    ``torch.library.triton_op``) then writes straight into the tensors it is given wherever
-    that is sound, and where it is not, only the written tensor is copied. Process-wide, like
-    ``register``; installs the Inductor pass. See ``autofunc/hops/triton.py``.
-    """
-    _triton.enable(enabled)
-    if enabled:
-        install_pass()
-    elif not registry.registrations():
-        uninstall_pass()
-
-
-def reinplace_nested_regions(enabled: bool = True) -> None:
-    """Let autofunc's pass decide the clones of ``nested_compile_region`` calls that write
-    their inputs (``enabled``, the default), or leave them to PyTorch's re-inplacing.
-
-    Such a region reaches the graph as PyTorch's ``auto_functionalized_v2`` around
-    ``invoke_subgraph``, whatever op inside it writes; while the pass is installed (an op is
-    registered, or ``reinplace_triton_kernels()`` is on) autofunc's rules decide its clones and
-    the pass declares the region's writes to Inductor, which does not see them otherwise (Note
-    [Writes Inductor cannot see]). Process-wide. See ``autofunc/hops/subgraph.py``.
-    """
-    _subgraph.enable(enabled)
-
-
-def reinplace_pytorch_nodes(enabled: bool = True) -> None:
-    """Let autofunc's pass decide PyTorch's own ``auto_functionalized`` (v1) and
-    ``auto_functionalized_v2`` nodes around a mutable op (``enabled``), or leave them to
-    Inductor's re-inplacing again (the default).
-
-    For a stack that keeps PyTorch's functionalization (vLLM's fusion passes match its v1
-    nodes): every mutable custom op gets autofunc's rules without being registered, and the
-    report lists these calls (strategy ``pytorch_v1``/``pytorch_v2``). Ops registered with
-    ``register`` are autofunc's HOPs as before. Process-wide; installs the Inductor pass. See
-    ``autofunc/hops/pytorch_nodes.py``.
-    """
-    _pytorch_nodes.enable(enabled)
-    if enabled:
-        install_pass()
-    elif not registry.registrations():
-        uninstall_pass()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import autofunc
 from autofunc import inductor, source_key
+from autofunc.registry import switches
 
 _ROOT = Path(autofunc.__file__).parent
 
@@ -104,5 +105,5 @@ def test_the_key_changes_with_the_registrys_source(monkeypatch):
 
 def test_the_key_changes_with_the_reinplace_switch(monkeypatch):
     before = inductor.ReinplacePass().uuid()
-    monkeypatch.setattr(inductor._state, "reinplace", False)
+    monkeypatch.setattr(switches.state, "reinplace", False)
     assert inductor.ReinplacePass().uuid()[0] != before[0]

@@ -24,13 +24,10 @@ from .. import views
 from ..errors import GraphError
 from ..symbolic import (
     Arith,
-    contiguous_or_false,
     copy_extent,
     is_plain,
     is_symbolic,
-    overlaps_itself,
 )
-from .alias import VIEW_OPS
 from .copies import tag_emitted
 
 log = logging.getLogger("autofunc.passes.emit")
@@ -40,9 +37,7 @@ __all__ = [
     "emit",
     "emit_as_strided",
     "CloneKind",
-    "clone_kind",
     "emit_clone",
-    "emit_fresh_alias",
     "emit_view",
     "fake_mode_of",
     "fake_values",
@@ -134,8 +129,8 @@ def _view_val(mode: FakeTensorMode, target: Any, args: tuple) -> FakeTensor | No
 
 
 class CloneKind(enum.Enum):
-    """How a buffer is copied (Note [Clones for Inductor]): what :func:`clone_kind` picks and
-    :func:`emit_clone` emits."""
+    """How a buffer is copied (Note [Clones for Inductor]): what the policy picks
+    (``Policy.copy``) and :func:`emit_clone` emits."""
 
     DENSE = "aten.clone, contiguous (Note [A buffer that overlaps itself])"
     DENSE_PINNED = "aten.clone, contiguous, then pinned (pin_layout)"
@@ -144,42 +139,24 @@ class CloneKind(enum.Enum):
     SPAN = "as_strided_scatter into a fresh zeroed span, viewed with as_strided"
 
 
-def clone_kind(src: fx.Node, *, aliased: bool = False, direct: bool = False) -> CloneKind:
-    """Which copy :func:`emit_clone` makes of ``src`` (Note [Clones for Inductor]); reads the
-    graph, changes nothing."""
-    val = src.meta["val"]
-    if overlaps_itself(val) and src.op != "placeholder":
-        return CloneKind.DENSE_PINNED if aliased or not direct else CloneKind.DENSE
-    if contiguous_or_false(val) and not aliased:
-        return CloneKind.CLONE
-    if direct and not aliased and src.op == "call_function" and src.target in VIEW_OPS:
-        return CloneKind.EMPTY_COPY
-    return CloneKind.SPAN
-
-
-def emit_clone(
-    ctx: Any,
-    src: fx.Node,
-    *,
-    aliased: bool = False,
-    direct: bool = False,
-    kind: CloneKind | None = None,
-) -> fx.Node:
-    """``clone_exact(src)``: a copy with exactly ``src``'s size and strides, of ``kind``
-    (default: :func:`clone_kind` of ``src``, ``aliased``, ``direct``).
+def emit_clone(ctx: Any, src: fx.Node, *, kind: CloneKind) -> fx.Node:
+    """``clone_exact(src)``: a copy with exactly ``src``'s size and strides, of ``kind`` (the
+    policy's choice, ``Policy.copy``).
 
     Note [Clones for Inductor]
-    A contiguous tensor is copied with ``aten.clone``; a non-contiguous view that the op takes
-    as it is (``direct``: a v1 argument, or a v2 base passed whole) with ``empty_strided`` +
-    ``copy_``, the op call fixing the layout. (A view *of* that buffer would not fix it.)
+    Under a backend that keeps the recorded strides (``GENERIC``) a contiguous tensor is copied
+    with ``aten.clone`` and any other with ``empty_strided`` + ``copy_``. Under Inductor
+    (``InductorPolicy.copy``) a contiguous tensor is copied with ``aten.clone``; a
+    non-contiguous view that the op takes as it is (a v1 argument, or a v2 base passed whole)
+    with ``empty_strided`` + ``copy_``, the op call fixing the layout. (A view *of* that buffer
+    would not fix it.)
     Anything else is copied into a fresh span as long as the storage it covers,
     ``as_strided(as_strided_scatter(zeros([extent]), src, size, stride), size, stride)``.
     The span is one-dimensional, so no layout choice of Inductor can disagree with the strides
     the graph records, and the clone is a fresh buffer. (``empty_strided`` + ``copy_`` is not
     safe under Inductor: lowering ``copy_`` into a fresh buffer may make that buffer an alias of
     the source, or re-lay it out before an ``as_strided`` reads it.) Under Inductor a buffer that
-    several aliasing arguments share (``aliased``, which the rewrite passes only under a policy
-    with ``fix_aliased_layouts``) is also copied this way: Inductor copies an argument whose
+    several aliasing arguments share is also copied this way: Inductor copies an argument whose
     layout is not yet fixed once per argument, which would break their aliasing, and an
     ``as_strided`` view fixes it (a buffer written in place gets the same treatment through
     ``pin_layout``). Symbolic sizes and strides are passed as nodes (``geometry_of``), never as
@@ -198,7 +175,6 @@ def emit_clone(
     1)], a)``, where ``r2`` missed the writes through the narrow; the built-in is wrong too).
     """
     val = src.meta["val"]
-    kind = clone_kind(src, aliased=aliased, direct=direct) if kind is None else kind
     if kind in (CloneKind.DENSE, CloneKind.DENSE_PINNED):
         # Note [A buffer that overlaps itself]: a dense copy, not one with these strides.
         node = emit(ctx, _aten.clone.default, (src,), {"memory_format": torch.contiguous_format})
@@ -293,12 +269,6 @@ class _StepGraph:
         return emit(self.ctx, target, args)
 
 
-
-
-def emit_fresh_alias(ctx: Any, node: fx.Node) -> fx.Node:
-    """A new tensor object over ``node``'s memory: ``ctx.policy.alias_op`` of it (Note [A
-    fresh alias Inductor keeps] in inductor_ops.py)."""
-    return emit(ctx, ctx.policy.alias_op, (node,))
 
 
 def pin_layout(ctx: Any, buf: fx.Node) -> fx.Node:

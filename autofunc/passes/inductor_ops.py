@@ -1,5 +1,5 @@
-"""The two ops Inductor's policy has the pass emit (``INDUCTOR.alias_op`` and
-``INDUCTOR.hidden_writes_op`` in ``inductor_repairs.py``): ``autofunc::fresh_alias`` and
+"""The two ops Inductor's policy has the pass emit (``InductorPolicy.alias`` and
+``InductorPolicy.declare_writes`` in ``inductor_policy.py``): ``autofunc::fresh_alias`` and
 ``autofunc::written``. Defined here, with the Inductor knowledge, not by the emitter: under
 :data:`~autofunc.passes.policy.GENERIC` the pass emits ``aten.alias`` and declares nothing.
 Importing this module defines them (``inductor_repairs`` does, and every graph Inductor

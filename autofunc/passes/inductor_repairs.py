@@ -1,9 +1,7 @@
-"""Inductor's policy for the re-inplace pass (``INDUCTOR``, Note [Pipeline] steps 1 and 5 in
-``reinplace.py``): what Inductor evaluates lazily and the graph repairs that work around its
-lowering, run before the facts and after the rewrite; each repair names the Inductor behaviour
-it works around. The Inductor glue (``autofunc/inductor.py``) passes ``INDUCTOR`` to
-``reinplace``. Imports the pass's steps but not ``reinplace.py``, nor any Inductor
-configuration.
+"""The graph repairs of Inductor's policy (``inductor_policy.py``), run before the facts
+(``REPAIRS_BEFORE``) and after the rewrite (``REPAIRS_AFTER``), Note [Pipeline] steps 1 and 5
+in ``reinplace.py``; each repair names the Inductor behaviour it works around. Imports the
+pass's steps but not ``reinplace.py``, nor any Inductor configuration.
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import operator
 from typing import Any
 
 import torch
@@ -21,13 +18,11 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from ..hops.adapter import mutation_targets
 from .alias import VIEW_OPS
 from .emit import emit_clone
-from .inductor_ops import FRESH_ALIAS, WRITTEN
 from .facts import Pass
-from .policy import Policy
 from .share_views import share_input_views
 from .walks import copy_calls, input_copies, users_through_views, view_root, view_walk
 
-__all__ = ["INDUCTOR"]
+__all__ = ["REPAIRS_AFTER", "REPAIRS_BEFORE"]
 
 log = logging.getLogger("autofunc.passes.inductor_repairs")
 
@@ -251,7 +246,7 @@ def _separate_outputs_from_inputs(ctx: Pass) -> None:
                 if point is not out and not _views_before(arg, root, point):
                     point = out
             with graph.inserting_before(point):
-                clones[arg] = emit_clone(ctx, arg)
+                clones[arg] = emit_clone(ctx, arg, kind=ctx.policy.copy(ctx, arg))
         return clones[arg]
 
     out.args = fx.node.map_arg(out.args, separate)
@@ -363,55 +358,15 @@ def _allocate_at_first_use(ctx: Pass) -> None:
                 first.prepend(node)
 
 
-# -- what Inductor evaluates lazily (rule "lazy read under Inductor") -------------------------
-
-# Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
-# not deferred); every other aten op may be fused into a kernel that runs where its result is
-# first needed.
-_EXTERN_READERS = frozenset(
-    {
-        _aten.mm.default,
-        _aten.addmm.default,
-        _aten.bmm.default,
-        _aten.baddbmm.default,
-        _aten.convolution.default,
-        _aten.copy_.default,  # the epilogue: it reads the final version, never an old one
-    }
+# The repairs of Inductor's policy (``inductor_policy.InductorPolicy``), in the order they run.
+REPAIRS_BEFORE = (
+    _keep_old_copy_sources,  # Note [Copies of inputs that the graph mutates]
+    _as_strided_of_roots,  # Note [as_strided of a view under Inductor]
 )
-
-
-def _lazy_under_inductor(reader: fx.Node) -> bool:
-    """Whether Inductor may evaluate ``reader`` later than its place in the graph (an element
-    of a lazy node's tuple is as lazy as the node)."""
-    target = reader.target
-    if target is operator.getitem and isinstance(reader.args[0], fx.Node):
-        return _lazy_under_inductor(reader.args[0])
-    if not isinstance(target, torch._ops.OpOverload):
-        return False  # HOPs, getitem, output
-    return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS
-
-
-# -- the policy -------------------------------------------------------------------------------
-
-INDUCTOR = Policy(
-    name="inductor",
-    lazy_reader=_lazy_under_inductor,  # Note [Lazy reads under Inductor]
-    chooses_layouts=True,  # Note [Layouts Inductor chooses]
-    scatters_must_fold=True,  # Note [Views of graph inputs]
-    fix_aliased_layouts=True,  # Note [Clones for Inductor]
-    pin_views_of_unrealized=True,  # Note [Views of unrealized buffers under Inductor]
-    alias_op=FRESH_ALIAS,  # Note [A fresh alias Inductor keeps]
-    hidden_writes_op=WRITTEN,  # Note [Writes Inductor cannot see]
-    before=(
-        _keep_old_copy_sources,  # Note [Copies of inputs that the graph mutates]
-        _as_strided_of_roots,  # Note [as_strided of a view under Inductor]
-    ),
-    after=(
-        _separate_outputs_from_inputs,  # Note [Returned scatters under Inductor]
-        _share_input_views,
-        _explicit_offsets_where_dropped,  # Notes [as_strided offsets on torch 2.11], [Pinning a
-        # view of a computed buffer]
-        _allocate_at_first_use,  # Note [Out buffers allocated where they are first used]
-    ),
-    lint=False,  # Inductor lints the graph itself once its post-grad passes are done
+REPAIRS_AFTER = (
+    _separate_outputs_from_inputs,  # Note [Returned scatters under Inductor]
+    _share_input_views,
+    _explicit_offsets_where_dropped,  # Notes [as_strided offsets on torch 2.11], [Pinning a
+    # view of a computed buffer]
+    _allocate_at_first_use,  # Note [Out buffers allocated where they are first used]
 )

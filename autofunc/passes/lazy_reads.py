@@ -1,6 +1,6 @@
-"""Lazy reads computed before a call instead of a clone of the buffer: for a backend whose
-policy has lazy readers (``Policy.lazy_reader``: Inductor's); under a policy without them the
-rules that plan these never find a lazy read, and nothing here runs.
+"""Lazy reads computed before a call instead of a clone of the buffer: Inductor's policy's
+``plan_realization``, ``plan_move_back`` and ``realize`` (``inductor_policy.py``), the only
+importer of this module; under a policy without lazy readers nothing here runs.
 
 Note [Lazy reads computed before the call]
 Inductor computes a pointwise node (or a small reduction) where its value is first needed, so
@@ -68,6 +68,12 @@ class Realization(NamedTuple):
     nodes: tuple[fx.Node, ...]
     nbytes: int
     moved: tuple[fx.Node, ...] = ()
+
+    def __str__(self) -> str:  # the report's detail of a buffer written in place on it
+        moved = ", ".join(n.name for n in self.moved)
+        names = ", ".join(n.name for n in self.nodes) or "nothing"
+        before = f"{moved} moved before the call; " if moved else ""
+        return f"{before}{names} computed before the call, {self.nbytes} B"
 
 
 def plan_realization(

@@ -47,7 +47,7 @@ def copy_returned_inputs(ctx: Pass) -> None:
             return arg
         if arg not in clones:
             with graph.inserting_before(out):
-                clones[arg] = emit_clone(ctx, arg)
+                clones[arg] = emit_clone(ctx, arg, kind=ctx.policy.copy(ctx, arg))
         return clones[arg]
 
     flat = flat_outputs(out)

@@ -1,77 +1,145 @@
 """What the re-inplace pass must respect about the backend that lowers the graph it rewrites.
 
-A :class:`Policy` is a value: each field names one behaviour of the backend that a rule
-(``rules.py``), the rewrite (``reinplace.py``) or the emitted nodes (``emit.py``) depend on,
-and the Note that explains it. :data:`GENERIC` assumes a backend that runs the graph as it
-stands (eager ATen, ``aot_eager``, ``torch.export``); Inductor's policy is ``INDUCTOR`` in
-``inductor_repairs.py``, where the Inductor knowledge lives, and the Inductor glue passes it
-in. A new backend builds its own ``Policy`` beside its repairs and passes it to ``reinplace``.
-Imports nothing of the pass, so every phase may import it.
+A policy is an object the pass asks, at each point where backends differ: the rules ask it what
+the backend evaluates late and how it lays out buffers, the planning step asks it which copy a
+cloned buffer gets and whether a buffer written in place is pinned, the rewrite has it compute
+late reads before a call, make fresh aliases and declare hidden writes, and the pass runs its
+repairs before the facts and after the rewrite (Note [Pipeline] in ``reinplace.py``).
+
+:class:`Policy` is the protocol, and its own answers are the generic ones: a backend that runs
+the graph as it stands (eager ATen, ``aot_eager``, ``torch.export``), where every node runs at
+its place and every tensor has the strides the graph records; :data:`GENERIC` is its instance.
+Inductor's policy is ``InductorPolicy`` (``INDUCTOR``) in ``inductor_policy.py``, which holds
+every piece of Inductor knowledge the pass uses. A new backend subclasses :class:`Policy`,
+overrides what its backend does differently, and passes an instance to ``reinplace``.
+
+Imports nothing of the pass but the emitter, so every phase may import it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import fx
 
+from ..symbolic import contiguous_or_false, known, overlaps_itself
+from .emit import CloneKind, emit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..hops.adapter import Mutation
+    from .facts import Buffer, Pass
+    from .rules import Query
+
 __all__ = ["GENERIC", "Policy"]
 
+_aten = torch.ops.aten
 
-@dataclasses.dataclass(frozen=True)
+
 class Policy:
-    """The backend behaviours the pass respects; the defaults are :data:`GENERIC`'s."""
+    """The backend behaviours the pass respects; this class answers for a backend that runs the
+    graph as it stands. Subclass it for another backend and override what differs."""
 
     # The name reports and warnings show.
-    name: str = "generic"
-    # Which nodes the backend may evaluate later than their place in the graph, where a write
-    # made after them is visible to them: a read before a call of a value still needed after it
-    # objects (rule "lazy read under Inductor", Note [Lazy reads under Inductor]; or is
-    # computed before the call, Note [Lazy reads computed before the call]). ``None``: every
-    # node runs where it stands, that rule never objects.
-    lazy_reader: Callable[[fx.Node], bool] | None = None
-    # Whether the backend lays out the buffers it computes as it likes, whatever strides the
-    # graph records: a non-contiguous computed buffer taken other than whole is cloned into a
-    # span whose layout is fixed (rule "layout Inductor chooses", Note [Layouts Inductor
-    # chooses]).
-    chooses_layouts: bool = False
-    # Whether every scatter that writes a buffer (a view of a graph input) back into its input
-    # must fold once the buffer is written in place, else the buffer keeps its clone (rule
-    # "graph input: copied back, not returned", Note [Views of graph inputs]: Inductor cannot
-    # lower a scatter of a dtype view of an input's view).
-    scatters_must_fold: bool = False
-    # Whether a buffer that several aliasing arguments of one call share gets a fixed layout
-    # (an ``as_strided`` alias when written in place, ``pin_layout``; a span copy when cloned):
-    # the backend would otherwise copy an argument whose layout is not fixed once per argument
-    # and break their aliasing (Note [Clones for Inductor]).
-    fix_aliased_layouts: bool = False
-    # Whether a computed buffer written in place through views is pinned whole (``as_strided``
-    # of the buffer), so the backend computes it once rather than each view apart (Note [Views
-    # of unrealized buffers under Inductor] in reinplace.py).
-    pin_views_of_unrealized: bool = False
-    # The op giving the second and later identical arguments of a call a tensor object of
-    # their own (Note [A fresh alias Inductor keeps] in inductor_ops.py): ``aten.alias`` where the
-    # backend keeps it, an opaque op where it would fold the alias into its input.
-    alias_op: Any = torch.ops.aten.alias.default
-    # The op declaring, just before and just after a call whose writes the backend cannot see
-    # (``Mutation.declared_writes``: an ``invoke_subgraph``), the buffers it writes
-    # (Note [Writes Inductor cannot see] in inductor_ops.py); ``None``: the backend runs the
-    # graph in its order, nothing to declare.
-    hidden_writes_op: Any = None
-    # Graph repairs run before the facts are gathered, in order, each given the graph.
-    before: tuple[Callable[[fx.Graph], Any], ...] = ()
-    # Graph repairs run after the rewrite, in order, each given the pass's context (``Pass``:
-    # the graph module, the analysis and the facts).
-    after: tuple[Callable[[Any], Any], ...] = ()
+    name: ClassVar[str] = "generic"
     # Whether the pass lints the graph when done (a backend that lints after its own passes,
     # as Inductor does, says no).
-    lint: bool = True
+    lint: ClassVar[bool] = True
+    # Whether the backend lays out the buffers it computes as it likes, whatever strides the
+    # graph records (rule "layout Inductor chooses", Note [Layouts Inductor chooses]).
+    chooses_layouts: ClassVar[bool] = False
+    # Whether every scatter that writes a buffer (a view of a graph input) back into its input
+    # must fold once the buffer is written in place, else the buffer keeps its clone (rule
+    # "graph input: copied back, not returned", Note [Views of graph inputs]).
+    scatters_must_fold: ClassVar[bool] = False
+    # Which nodes the backend may evaluate later than their place in the graph, where a write
+    # made after them is visible to them (rule "lazy read under Inductor"); ``None``: every
+    # node runs where it stands, that rule never objects and nothing is realized.
+    lazy_reader: ClassVar[Callable[[fx.Node], bool] | None] = None
 
     def __str__(self) -> str:
         return self.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    # -- repairs (Note [Pipeline] steps 1 and 5) ------------------------------------------------
+
+    def repairs_before(self) -> Sequence[Callable[[fx.Graph], Any]]:
+        """Graph rewrites run before the facts are gathered, in order, each given the graph."""
+        return ()
+
+    def repairs_after(self) -> Sequence[Callable[[Pass], Any]]:
+        """Graph rewrites run after every call is rewritten, in order, each given the pass's
+        context (``Pass``)."""
+        return ()
+
+    # -- realize: late reads computed before a call (rules "lazy read under Inductor", "old
+    # value read later") ------------------------------------------------------------------------
+
+    def plan_realization(self, q: Query, readers: list[fx.Node]) -> Any:
+        """How to compute, before the call, the values ``readers`` (lazy nodes before the call
+        whose results are used after it) need, instead of cloning ``q.buf``: a plan with an
+        ``nbytes`` cost that :meth:`realize` carries out, or ``None``. Only asked where
+        :attr:`lazy_reader` is set."""
+        return None
+
+    def plan_move_back(self, q: Query, later: list[fx.Node], readers: list[fx.Node]) -> Any:
+        """How to move the reads ``later`` (after the call; ``readers``: every read of what it
+        writes) back before the call and compute them there, instead of cloning ``q.buf``: a
+        plan as :meth:`plan_realization`'s, or ``None`` (here: reads run where they stand)."""
+        return None
+
+    def realize(self, ctx: Pass, call: fx.Node, plan: Any) -> None:
+        """Carry out ``plan`` (one of this policy's) just before ``call``."""
+        raise NotImplementedError(f"the {self.name} policy made no realization plan")
+
+    # -- copy and pin (the planning step, Note [Clones for Inductor]) ---------------------------
+
+    def copy(
+        self, ctx: Pass, node: fx.Node, buf: Buffer | None = None, m: Mutation | None = None
+    ) -> CloneKind:
+        """Which copy of ``node`` the pass emits (``emit.emit_clone``): of a buffer ``buf``
+        of the call ``m`` that keeps its clone, or (``buf`` ``None``) of a value returned
+        whole. Here: exactly the recorded strides, which the backend keeps (``empty_strided``
+        + ``copy_`` where ``clone`` would not keep them); a computed value that overlaps itself
+        densely, and a graph input that does into a span (no ``copy_`` can write such strides:
+        Note [A buffer that overlaps itself])."""
+        val = node.meta["val"]
+        if overlaps_itself(val):
+            return CloneKind.DENSE if node.op != "placeholder" else CloneKind.SPAN
+        if contiguous_or_false(val):
+            return CloneKind.CLONE
+        # a stride that may be 0 over a size that may exceed 1: ``copy_`` may refuse to write it
+        zero = any(
+            not known(st != 0) and not known(n <= 1) for n, st in zip(val.shape, val.stride())
+        )
+        return CloneKind.SPAN if zero else CloneKind.EMPTY_COPY
+
+    def pin(self, ctx: Pass, buf: Buffer, m: Mutation) -> bool:
+        """Whether the op takes a pinned alias of ``buf``, written in place (``pin_layout``),
+        rather than the buffer itself. Here: never, the backend keeps every layout."""
+        return False
+
+    def pin_root(self, ctx: Pass, buf: fx.Node) -> None:
+        """After ``buf`` is written in place (and its scatters folded): pin the root of its
+        views where the backend would copy a view of it. Here: nothing to pin."""
+
+    # -- the direct call ------------------------------------------------------------------------
+
+    def alias(self, ctx: Pass, node: fx.Node) -> fx.Node:
+        """A new tensor object over ``node``'s memory, for the second and later identical
+        arguments of a call (Note [Arguments keep their identity] in hops/common.py)."""
+        return emit(ctx, _aten.alias.default, (node,))
+
+    def declare_writes(
+        self, ctx: Pass, written: list[fx.Node], call: fx.Node | None = None, num_returns: int = 0
+    ) -> None:
+        """Declare, just before a call (``call`` ``None``) and just after it (``call``, with
+        ``num_returns`` op outputs), that it writes ``written``, for a call whose writes the
+        backend cannot see (``Mutation.declared_writes``). Here: the backend runs the graph in
+        its order, nothing to declare."""
 
 
 # The backend runs the graph as it stands: no lazy reads, layouts as recorded, no repairs.

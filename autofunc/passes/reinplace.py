@@ -9,9 +9,10 @@ the decisions are made by querying :class:`~autofunc.passes.alias.AliasAnalysis`
 Note [Pipeline]
 The pass runs these steps, in this order; the modules cite them by number.
 
-1. Repairs before: the ``before`` of the :class:`~autofunc.passes.policy.Policy` given, graph
-   rewrites that work around the backend's lowering and that the facts must see. ``GENERIC``
-   has none; ``INDUCTOR``'s are in ``inductor_repairs.py``.
+1. Repairs before: the ``repairs_before()`` of the :class:`~autofunc.passes.policy.Policy`
+   given, graph rewrites that work around the backend's lowering and that the facts must see.
+   ``GENERIC`` has none; ``INDUCTOR``'s (``inductor_policy.py``) are in
+   ``inductor_repairs.py``.
 2. Facts, once per graph (``facts.py``, ``alias.py``): the graph's epilogue copy-backs, its
    outputs (those AOTAutograd regenerates from inputs apart), the tensors a training forward
    saves, and the alias analysis over versions, memory classes and reads.
@@ -23,22 +24,22 @@ The pass runs these steps, in this order; the modules cite them by number.
       the plan carried out. ``plan_buffer`` edits nothing: ``RULES`` are asked in order
       (``rules.py``; the first objection wins, a rule may consent on a condition, the reads
       to compute before the call), and the plan says whether the op takes a pinned alias of
-      a buffer written in place, or which copy a cloned one gets (``emit.clone_kind``).
-      ``apply_plan`` is the one place that edits the graph and the pass's state for it: the
-      reads computed before the call (``lazy_reads.py``), the buffer written in place
+      a buffer written in place, or which copy a cloned one gets (the policy's ``pin`` and
+      ``copy``). ``apply_plan`` is the one place that edits the graph and the pass's state for it: the
+      reads computed before the call (the policy's ``realize``), the buffer written in place
       (pinned) or cloned (``emit.py``), its outputs rewired in the alias analysis; written in
       place, the scatters that put back what it wrote are folded (``scatters.py``) and the
-      root of its views pinned where the backend has not computed it;
-   c. the direct op call emitted on the buffers or their clones, the call's outputs rewired.
+      root of its views pinned where the backend has not computed it (``pin_root``);
+   c. the direct op call emitted (the policy's fresh ``alias`` and ``declare_writes``) on the buffers or their clones, the call's outputs rewired.
 4. Outputs (``outputs.py``): epilogue copies that became ``copy_(x, x)`` removed, fresh outputs
    in a written input's memory copied at the end, saved ones kept from the backward's reuse.
-5. Repairs after: the policy's ``after``, rewrites of the rewritten graph.
+5. Repairs after: the policy's ``repairs_after()``, rewrites of the rewritten graph.
 6. The graph linted (where the policy asks) and recompiled, and every copy it makes counted
    for the report (``copies.py``).
 
 The policy (``policy.py``) also says what the rules "layout Inductor chooses", "graph input:
-copied back, not returned" and "lazy read under Inductor", and the rewrite, respect about the
-backend.
+copied back, not returned", "lazy read under Inductor" and "old value read later" respect about
+the backend.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import dataclasses
 import logging
 import operator
 import warnings
+from typing import Any
 
 import torch
 from torch import fx
@@ -63,7 +65,7 @@ from ..hops.adapter import (
     reading_once,
 )
 from ..hops.common import Distinct
-from ..symbolic import is_symbolic, nbytes_hint
+from ..symbolic import nbytes_hint
 from .alias import AliasAnalysis
 from .copies import (
     CopyKind,
@@ -75,11 +77,9 @@ from .copies import (
 )
 from .emit import (
     CloneKind,
-    clone_kind,
     NO_VAL,
     emit,
     emit_clone,
-    emit_fresh_alias,
     emit_view,
     fake_mode_of,
     fake_values,
@@ -90,22 +90,17 @@ from .emit import (
 from .facts import (
     Buffer,
     Pass,
-    aliased_args,
     buffers,
     epilogue_copies,
     output_nodes,
     outputs_regenerated_from_inputs,
     saved_tensors,
-    written_regions,
 )
-from .inductor_repairs import INDUCTOR  # only for the deprecated for_inductor=True
-from .lazy_reads import Realization, realize_before
 from .outputs import copy_returned_inputs, keep_saved_inputs, remove_self_copies
 from .policy import GENERIC, Policy
 from .report import CallReport, Decision, Reason, Report
 from .rules import RULES, Query, Rule, decide
 from .scatters import fold_scatters
-from .walks import view_walk
 
 __all__ = ["RULES", "Plan", "Rule", "apply_plan", "plan_buffer", "reinplace"]
 
@@ -184,7 +179,7 @@ def reinplace(
         policy: what the backend that lowers ``gm`` does that the rules and the rewrite must
             respect (:class:`~autofunc.passes.policy.Policy`); ``None`` is ``GENERIC``, a
             backend that runs the graph as it stands. The Inductor glue passes ``INDUCTOR``
-            (``autofunc.passes.inductor_repairs``).
+            (``autofunc.passes.inductor_policy``).
         for_inductor: deprecated (one release), use ``policy``: ``True`` is ``INDUCTOR``,
             ``False`` ``GENERIC``.
 
@@ -208,9 +203,10 @@ def _reinplace(
         report.copies = account_copies(gm.graph)  # all the program's own
         return report
     _check_vals(hops)
-    if policy.before:
+    repairs = policy.repairs_before()
+    if repairs:
         before = copy_node_set(gm.graph)
-        for repair in policy.before:  # step 1
+        for repair in repairs:  # step 1
             repair(gm.graph)
         tag_new_copies(gm.graph, before, CopyKind.REPAIR)  # Note [Every copy in the report]
     out = gm.graph.output_node()  # step 2: the facts
@@ -234,10 +230,11 @@ def _reinplace(
     with copying(ctx, CopyKind.OUTPUT):
         copy_returned_inputs(ctx)
     keep_saved_inputs(ctx)
-    if policy.after:
+    repairs = policy.repairs_after()
+    if repairs:
         before = copy_node_set(gm.graph)
         with copying(ctx, CopyKind.REPAIR):
-            for repair in policy.after:  # step 5
+            for repair in repairs:  # step 5
                 repair(ctx)
         tag_new_copies(gm.graph, before, CopyKind.REPAIR)
     if policy.lint:  # step 6
@@ -258,12 +255,16 @@ def _policy(policy: Policy | None, for_inductor: bool | None) -> Policy:
         )
     warnings.warn(
         "autofunc.reinplace(for_inductor=...) is deprecated and will be removed in the next "
-        "release: pass policy=autofunc.passes.inductor_repairs.INDUCTOR for True, or nothing "
+        "release: pass policy=autofunc.passes.inductor_policy.INDUCTOR for True, or nothing "
         "(autofunc.passes.policy.GENERIC) for False",
         DeprecationWarning,
         stacklevel=3,
     )
-    return INDUCTOR if for_inductor else GENERIC
+    if not for_inductor:
+        return GENERIC
+    from .inductor_policy import INDUCTOR  # only for the deprecated for_inductor=True
+
+    return INDUCTOR
 
 
 def _mutation_nodes(graph: fx.Graph) -> list[fx.Node]:
@@ -320,7 +321,7 @@ class Plan:
     decision: Decision
     # written in place: computed before the call first (the ruling's condition), and whether
     # the op takes a pinned alias of the buffer (``pin_layout``)
-    realize: Realization | None = None
+    realize: Any = None  # the policy's plan (``rules.Provided``)
     pin: bool = False
     # cloned: the kind of copy (Note [Clones for Inductor])
     clone: CloneKind | None = None
@@ -348,7 +349,7 @@ def plan_buffer(
     ruling = decide(Query(ctx, node, m, buf, bufs, inplace))
     detail = ruling.detail
     if ruling.reason is Reason.INPLACE and ruling.realize is not None:
-        detail = _realized_detail(ruling.realize)
+        detail = str(ruling.realize)
     decision = Decision(
         tuple(buf.args),
         buf.node.name,
@@ -357,16 +358,10 @@ def plan_buffer(
         nbytes_hint(buf.node.meta.get("val")),
         detail,
     )
-    # Note [Clones for Inductor]: aliasing arguments need one fixed layout, and so does every
-    # buffer of a call that fixes no layout itself (Note [Region operands keep no computed
-    # layout] in hops/subgraph.py)
-    aliased = ctx.policy.fix_aliased_layouts and (
-        not m.fixes_layouts or aliased_args(buf, written_regions(ctx.analysis, buf))
-    )
+    # how the buffer is handed to the op is the policy's (Note [Clones for Inductor])
     if decision:
-        return Plan(buf, decision, ruling.realize, pin=aliased or _realize_whole(ctx, buf))
-    direct = all(c.is_alias for c in buf.chains)
-    return Plan(buf, decision, clone=clone_kind(buf.node, aliased=aliased, direct=direct))
+        return Plan(buf, decision, ruling.realize, pin=ctx.policy.pin(ctx, buf, m))
+    return Plan(buf, decision, clone=ctx.policy.copy(ctx, buf.node, buf, m))
 
 
 def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> fx.Node:
@@ -380,7 +375,7 @@ def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> 
             # Note [Reads moved back before the call], Note [Lazy reads computed before the
             # call]
             with copying(ctx, CopyKind.REALIZED, node.name):
-                realize_before(ctx, node, plan.realize)
+                ctx.policy.realize(ctx, node, plan.realize)
         root = analysis.input_of(buf)
         if root is not None:
             ctx.written_inputs.add(root)
@@ -397,8 +392,9 @@ def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> 
     # Note [Buffers of one call decided in turn]
     if plan.inplace and buf.op != "placeholder":
         fold_scatters(ctx, buf)
-        # after the fold: the scatters of the next buffers still start from the root
-        _pin_unrealized_root(ctx, buf)
+        # after the fold: the scatters of the next buffers still start from the root (Note
+        # [A written view of an unrealized buffer] in inductor_policy.py)
+        ctx.policy.pin_root(ctx, buf)
     return base
 
 
@@ -412,62 +408,6 @@ def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> 
 # would see the first one's unfolded scatter as a read of the old input and copy the second.
 
 
-def _realize_whole(ctx: Pass, buf: Buffer) -> bool:
-    """Whether to pin the layout of a buffer written in place through views (``pin_layout``).
-
-    Note [Views of unrealized buffers under Inductor]
-    When the op takes a view (``buf[1]``) of a buffer Inductor has not computed yet (``x + 1``),
-    Inductor computes that view's elements into a buffer of their own for the op, one more
-    allocation of the view's size, and then the buffer itself. An ``as_strided`` alias of the
-    whole buffer makes Inductor compute the buffer once, with exactly its strides, and hand the
-    op a view of it. Graph inputs are computed already. (``Policy.pin_views_of_unrealized``.)
-    """
-    return (
-        ctx.policy.pin_views_of_unrealized
-        and buf.node.op != "placeholder"
-        and not all(c.is_alias for c in buf.chains)
-    )
-
-
-def _pin_unrealized_root(ctx: Pass, buf: fx.Node) -> None:
-    """Make the chain of views ``buf`` starts from a buffer Inductor has not computed yet start
-    from a pinned alias of it instead (``pin_layout``).
-
-    Note [A written view of an unrealized buffer]
-    Under v1 the buffer of ``op(r1.narrow(0, 0, 2))``, with ``r1 = a.sum(2) * 0.5``, is the
-    narrow itself, and under v2 a base can be a view of a computed value too. Written in
-    place, the op takes that view as it is, and Inductor computes a view of a buffer it has
-    not realized into a buffer of the view's elements only: the op writes that copy and ``r1``
-    never sees the write (fuzz seed 20261263 #26; PyTorch's built-in is wrong the same way).
-    An ``as_strided`` alias of the whole root with its own geometry makes Inductor compute the
-    root once, in place, and every view of the alias is then a view of that memory. Only the
-    root is pinned, never a view: a pinned view of a graph input can lose its offset (the
-    attempt that pinned the view itself broke fuzz seeds 20261267 #84 and 20261268 #20).
-    Roots Inductor computes at their place (an extern kernel, an op's output, a graph input)
-    are left as they are, and so are roots of symbolic geometry: with the pin, Inductor gave a
-    wrong result for ``op(x, x.nonzero().float()[:])`` under v1 (the conformance program
-    ``af_recompile_unbacked``: an unbacked size, strides ``(1, u0)``), which is right without
-    it. (``Policy.pin_views_of_unrealized``.)
-    """
-    if not ctx.policy.pin_views_of_unrealized or ctx.policy.lazy_reader is None:
-        return
-    *chain, root = view_walk(buf)
-    if any(v.meta.get("autofunc.pin") for v in chain):
-        return  # pinned already
-    if (
-        not chain
-        or not isinstance(root.target, torch._ops.OpOverload)
-        or not isinstance(root.meta.get("val"), torch.Tensor)
-        or not ctx.policy.lazy_reader(root)
-        or any(is_symbolic(v) for v in (*root.meta["val"].shape, *root.meta["val"].stride()))
-    ):
-        return
-    first = chain[-1]  # the view of the root
-    with ctx.gm.graph.inserting_before(first):
-        pinned = pin_layout(ctx, root)
-    first.replace_input_with(root, pinned)
-
-
 def _emit_call(
     ctx: Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]
 ) -> tuple[fx.Node, int | None]:
@@ -475,7 +415,7 @@ def _emit_call(
     (new) buffer and the writes ``m.declared_writes`` declared around it; returns it and how many op outputs it has, ``None`` where the call itself is
     its one output (else they are ``getitem`` of it)."""
     # Note [Arguments keep their identity] in hops/common.py.
-    distinct = Distinct(lambda n: emit_fresh_alias(ctx, n), lambda n: n)
+    distinct = Distinct(lambda n: ctx.policy.alias(ctx, n), lambda n: n)
     shared: dict = {}  # the chains' common prefixes, emitted once
     tensors: dict[str, fx.Node] = {}  # slot label -> its tensor
     for s in m.slots:
@@ -486,49 +426,23 @@ def _emit_call(
         elif s.same_object:  # Note [Read arguments eager aliases]: eager's one object
             tensors[s.label] = tensors[s.same_as]
         else:  # eager's other object over that memory
-            tensors[s.label] = emit_fresh_alias(ctx, tensors[s.same_as])
+            tensors[s.label] = ctx.policy.alias(ctx, tensors[s.same_as])
     direct = m.direct_call([tensors[s.label] for s in m.slots])
     n = direct.num_returns
     # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.
     val = m.direct_value(node.meta.get("val"), n)
     val = NO_VAL if val is RUN_FAKE else val
-    declare = ctx.policy.hidden_writes_op
-    # Note [Writes Inductor cannot see] in inductor_ops.py
+    # Note [Writes Inductor cannot see] in inductor_ops.py: the policy declares them, if need be
     written = list(dict.fromkeys(m.declared_writes(new_bufs)))
-    if declare is not None and written:
-        emit(ctx, declare, (written, []), val=None)
+    ctx.policy.declare_writes(ctx, written)
     call = emit(ctx, direct.target, direct.args, direct.kwargs, val=val)
     inherit_unbacked_bindings(call, node, n)  # Note [Unbacked outputs]
     if m.eager_input_vals:
         # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's
         # inputs to these values, which have exactly the strides eager passes.
         call.meta["eager_input_vals"] = fake_values((direct.args, direct.kwargs))
-    if declare is not None and written:
-        emit(ctx, declare, (written, _tensor_outputs(ctx, call, n)), val=None)
+    ctx.policy.declare_writes(ctx, written, call, n)
     return call, (None if n == 1 and not m.returns_tuple else n)
-
-
-def _tensor_outputs(ctx: Pass, call: fx.Node, n: int) -> list[fx.Node]:
-    """The tensor outputs of ``call`` (``getitem``s of it, or the call itself), which the
-    declaration after it takes so that the call stays even when nothing else uses them (Note
-    [Writes Inductor cannot see] in inductor_ops.py)."""
-    val = call.meta.get("val")
-    if isinstance(val, torch.Tensor):
-        return [call]
-    if not isinstance(val, (tuple, list)):
-        return []
-    return [
-        emit(ctx, operator.getitem, (call, i), val=v)
-        for i, v in enumerate(val[:n])
-        if isinstance(v, torch.Tensor)
-    ]
-
-
-def _realized_detail(plan: Realization) -> str:
-    moved = ", ".join(n.name for n in plan.moved)
-    names = ", ".join(n.name for n in plan.nodes) or "nothing"
-    before = f"{moved} moved before the call; " if moved else ""
-    return f"{before}{names} computed before the call, {plan.nbytes} B"
 
 
 def _check_vals(hops: list[fx.Node]) -> None:

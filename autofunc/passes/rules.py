@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch.fx as fx
 
@@ -27,7 +27,6 @@ from .facts import (
     output_positions,
     written_regions,
 )
-from .lazy_reads import Realization, plan_hoist, plan_realization
 from .report import Reason
 from .scatters import SAME_BYTES, all_scatters_fold
 from .walks import users_through_views, view_root, view_walk
@@ -69,11 +68,12 @@ class Query:
 
 @dataclasses.dataclass(frozen=True)
 class Provided:
-    """A rule's consent on a condition: in place, provided ``realize`` is done first (its lazy
-    values computed before the call: Notes [Lazy reads computed before the call], [Reads
-    moved back before the call]). ``readers``: the reads it covers."""
+    """A rule's consent on a condition: in place, provided ``realize`` is done first: a plan of
+    the policy's (``Policy.plan_realization``, ``Policy.plan_move_back``: the lazy values
+    computed before the call, Notes [Lazy reads computed before the call], [Reads moved back
+    before the call]) that ``Policy.realize`` carries out. ``readers``: the reads it covers."""
 
-    realize: Realization
+    realize: Any
     readers: tuple[fx.Node, ...] = ()
 
 
@@ -87,7 +87,7 @@ class Ruling(NamedTuple):
 
     reason: Reason
     detail: str
-    realize: Realization | None = None
+    realize: Any = None  # the policy's plan (``Provided.realize``)
 
 
 def _disabled(q: Query) -> Verdict:
@@ -339,16 +339,16 @@ def _lazy_read(q: Query) -> Verdict:
     # memory in place: it does not order such pending reads before a custom op's mutation.
     # PyTorch's own re-inplacing miscompiles this case. Where computing those values before the
     # call costs less than a clone of the buffer, the rewrite does that instead (Note [Lazy
-    # reads computed before the call] in lazy_reads.py). Which nodes are lazy is the policy's
-    # (``Policy.lazy_reader``; none under GENERIC).
+    # reads computed before the call] in lazy_reads.py). Which nodes are lazy, and how to
+    # compute them before the call, is the policy's (``Policy.lazy_reader``,
+    # ``Policy.plan_realization``; none under GENERIC).
     ctx = q.ctx
-    lazy = ctx.policy.lazy_reader
-    if lazy is None:
+    if ctx.policy.lazy_reader is None:
         return None
     readers = ctx.analysis.reads_before_used_after(q.node, q.buf.node, q.written)
     if not readers:
         return None
-    plan = plan_realization(q.node, readers, ctx.outputs, lazy, written_here=q.written_here)
+    plan = ctx.policy.plan_realization(q, readers)
     if plan is not None and plan.nbytes < nbytes_hint(q.buf.node.meta.get("val")):
         return Provided(plan, tuple(readers))
     return Reason.LAZY_READ, f"by {readers[0].name}"
@@ -362,13 +362,10 @@ def _read_later(q: Query) -> Verdict:
     later = [r for r in readers if r > q.node]
     if not later:
         return None
-    lazy = ctx.policy.lazy_reader
-    if lazy is not None:  # Note [Reads moved back before the call]: only where reads are lazy
-        moved = q.provided.readers if q.provided is not None else ()
-        earlier = [*moved, *(r for r in readers if r < q.node and lazy(r))]
-        plan = plan_hoist(q.node, later, earlier, ctx.outputs, lazy, q.written_here)
-        if plan is not None and plan.nbytes < nbytes_hint(q.buf.node.meta.get("val")):
-            return Provided(plan)  # it computes the earlier rule's reads too
+    # Note [Reads moved back before the call]: where the policy can (reads are lazy)
+    plan = ctx.policy.plan_move_back(q, later, readers)
+    if plan is not None and plan.nbytes < nbytes_hint(q.buf.node.meta.get("val")):
+        return Provided(plan)  # it computes the earlier rule's reads too
     return Reason.READ_LATER, f"by {later[0].name}"
 
 

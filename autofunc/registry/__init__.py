@@ -6,6 +6,9 @@ Its modules, each importing only those above it (and no backend, Note [Backend h
     routing.py  the process's state and what reads it on every call: the FunctionalTensorMode
                 dispatch rule, the Functionalize kernel, v1 or v2 per call, the backend hooks
     api.py      register(), functionalize(), override(), Registration handles, release hooks
+    switches.py what the pass decides besides the registered ops (the opt-in adapters), the
+                re-inplace switch, and the key a compiled graph's cache entry carries for them
+                (imported on first use, not by this module)
 
 This module only re-exports the public names.
 """

@@ -27,6 +27,7 @@ from .state import STRATEGIES
 __all__ = [
     "Registration",
     "add_release_hook",
+    "release_if_unused",
     "functionalize",
     "override",
     "register",
@@ -49,7 +50,7 @@ class Registration:
         with guards.compile_lock():  # Note [Registrations wait for compiles]
             for name in self.ops:
                 registry_state.release(name, self._generation)
-            _release_if_unused()
+            release_if_unused()
 
     def __enter__(self) -> Registration:
         return self
@@ -189,7 +190,8 @@ def add_release_hook(hook: Callable[[], None]) -> None:
         _release_hooks.append(hook)
 
 
-def _release_if_unused() -> None:
+def release_if_unused() -> None:
+    """Run the release hooks when no op is registered."""
     if not registry_state.strategies():
         for hook in _release_hooks:
             hook()

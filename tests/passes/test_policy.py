@@ -10,7 +10,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 import autofunc
 from autofunc import Reason
-from autofunc.passes.inductor_repairs import INDUCTOR
+from autofunc.passes.inductor_policy import INDUCTOR, InductorPolicy
 from autofunc.passes.policy import GENERIC, Policy
 from autofunc.passes.report import Report
 from autofunc.testing import compile_capture, same_result
@@ -60,12 +60,12 @@ def test_the_inductor_glue_passes_the_inductor_policy(monkeypatch):
 
 
 def test_the_policies_differ_where_inductor_does():
-    assert isinstance(INDUCTOR, Policy)
-    assert GENERIC == Policy()
+    assert isinstance(INDUCTOR, InductorPolicy) and isinstance(INDUCTOR, Policy)
+    assert type(GENERIC) is Policy
     assert GENERIC.lazy_reader is None and INDUCTOR.lazy_reader is not None
     assert GENERIC.lint and not INDUCTOR.lint
-    assert GENERIC.before == GENERIC.after == ()
-    assert INDUCTOR.alias_op is torch.ops.autofunc.fresh_alias.default
+    assert GENERIC.repairs_before() == GENERIC.repairs_after() == ()
+    assert INDUCTOR.repairs_before() and INDUCTOR.repairs_after()
     assert (str(GENERIC), str(INDUCTOR)) == ("generic", "inductor")
 
 
@@ -90,3 +90,92 @@ def test_for_inductor_is_a_deprecated_alias_of_the_policy(strategy):
         assert [d.reason for d in report.decisions] == [reason]
     with pytest.raises(TypeError, match="not both"):
         autofunc.reinplace(fresh(), policy=INDUCTOR, for_inductor=True)
+
+
+def strided_write(x, y):
+    corpus.add_(x, y)  # ``x`` is transposed: no ``clone`` keeps its strides
+    return x.sum(0)
+
+
+def _strided_graph():
+    """The functional graph of ``strided_write`` and inputs for it; with ``enable=False``
+    every buffer keeps its clone."""
+    inputs = lambda: (torch.randn(6, 4).t(), torch.randn(4, 6))  # noqa: E731
+    regs = corpus.register_all("v1")
+    try:
+        compiled, captured = compile_capture(strided_write, reinplace_pass=False)
+        compiled(*inputs())
+    finally:
+        for r in regs:
+            r.remove()
+    (gm,) = captured.modules
+    return gm, inputs
+
+
+def _copy_targets(gm, before=()):
+    """The copying nodes of ``gm`` not in ``before`` (the graph's own, by name)."""
+    aten = torch.ops.aten
+    kinds = {aten.empty_strided.default, aten.copy_.default, aten.as_strided_scatter.default}
+    kinds |= {aten.full.default, aten.clone.default}
+    return sorted(
+        str(n.target) for n in gm.graph.nodes if n.target in kinds and n.name not in before
+    )
+
+
+@pytest.mark.parametrize(
+    "policy, copies",
+    [
+        # the backend keeps the recorded strides: an exact copy, no span
+        (GENERIC, ["aten.copy_.default", "aten.empty_strided.default"]),
+        # Inductor chooses layouts: a span whose layout is fixed (Note [Clones for Inductor])
+        (INDUCTOR, ["aten.as_strided_scatter.default", "aten.full.default"]),
+    ],
+    ids=str,
+)
+def test_which_copy_a_cloned_buffer_gets_is_the_policys(policy, copies):
+    gm, inputs = _strided_graph()
+    expected_inputs = inputs()
+    x, y = (torch.empty_strided(t.size(), t.stride()).copy_(t) for t in expected_inputs)
+    expected = strided_write(*expected_inputs)
+    own = {n.name for n in gm.graph.nodes}
+    report = autofunc.reinplace(gm, enable=False, is_inference=True, policy=policy)
+    assert [d.reason for d in report.decisions] == [Reason.DISABLED]
+    assert _copy_targets(gm, own) == copies
+    (out,) = gm(x, y)
+    assert same_result(out, expected)
+    assert same_result(x, expected_inputs[0])  # the clone was written, not the input
+
+
+class _Recording(Policy):
+    """A backend of the test's own: spans for every copy, a repair before and after, plain
+    aliases. Nothing outside this class is changed to add it."""
+
+    name = "recording"
+
+    def __init__(self):
+        self.seen = []
+
+    def repairs_before(self):
+        return (lambda graph: self.seen.append(("before", len(graph.nodes))),)
+
+    def repairs_after(self):
+        return (lambda ctx: self.seen.append(("after", len(ctx.gm.graph.nodes))),)
+
+    def copy(self, ctx, node, buf=None, m=None):
+        from autofunc.passes.emit import CloneKind
+
+        return CloneKind.SPAN
+
+
+def test_a_new_backend_is_a_policy_subclass():
+    gm, inputs = _strided_graph()
+    expected_inputs = inputs()
+    x, y = (torch.empty_strided(t.size(), t.stride()).copy_(t) for t in expected_inputs)
+    expected = strided_write(*expected_inputs)
+    policy = _Recording()
+    own = {n.name for n in gm.graph.nodes}
+    autofunc.reinplace(gm, enable=False, is_inference=True, policy=policy)
+    assert [stage for stage, _ in policy.seen] == ["before", "after"]
+    assert _copy_targets(gm, own) == ["aten.as_strided_scatter.default", "aten.full.default"]
+    assert same_result(gm(x, y)[0], expected)
+    assert str(policy) == "recording"

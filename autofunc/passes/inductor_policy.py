@@ -1,0 +1,211 @@
+"""Inductor's policy for the re-inplace pass (:class:`InductorPolicy`, ``INDUCTOR``): every
+piece of Inductor knowledge the pass uses, behind the protocol of ``policy.py``. What Inductor
+evaluates lazily, and the late reads computed before a call instead of a clone
+(``lazy_reads.py``); the copies and pins its layout choices need (Note [Clones for Inductor]);
+the two ops it needs emitted (``inductor_ops.py``); its repairs (``inductor_repairs.py``). The
+Inductor glue (``autofunc/inductor.py``) passes ``INDUCTOR`` to ``reinplace``. Imports the
+pass's steps but not ``reinplace.py``, nor any Inductor configuration.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import fx
+
+from ..hops.adapter import Mutation
+from ..symbolic import contiguous_or_false, is_symbolic, overlaps_itself
+from .alias import VIEW_OPS
+from .emit import CloneKind, emit, pin_layout
+from .facts import Buffer, Pass, aliased_args, written_regions
+from .inductor_ops import FRESH_ALIAS, WRITTEN
+from .inductor_repairs import REPAIRS_AFTER, REPAIRS_BEFORE
+from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
+from .policy import Policy
+from .rules import Query
+from .walks import view_walk
+
+__all__ = ["INDUCTOR", "InductorPolicy", "lazy_under_inductor"]
+
+_aten = torch.ops.aten
+
+# -- what Inductor evaluates lazily (rule "lazy read under Inductor") -------------------------
+
+# Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
+# not deferred); every other aten op may be fused into a kernel that runs where its result is
+# first needed.
+_EXTERN_READERS = frozenset(
+    {
+        _aten.mm.default,
+        _aten.addmm.default,
+        _aten.bmm.default,
+        _aten.baddbmm.default,
+        _aten.convolution.default,
+        _aten.copy_.default,  # the epilogue: it reads the final version, never an old one
+    }
+)
+
+
+def lazy_under_inductor(reader: fx.Node) -> bool:
+    """Whether Inductor may evaluate ``reader`` later than its place in the graph (an element
+    of a lazy node's tuple is as lazy as the node)."""
+    target = reader.target
+    if target is operator.getitem and isinstance(reader.args[0], fx.Node):
+        return lazy_under_inductor(reader.args[0])
+    if not isinstance(target, torch._ops.OpOverload):
+        return False  # HOPs, getitem, output
+    return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS
+
+
+class InductorPolicy(Policy):
+    """What Inductor does that the pass must respect (each answer names its Note)."""
+
+    name: ClassVar[str] = "inductor"
+    lint: ClassVar[bool] = False  # Inductor lints the graph itself after its post-grad passes
+    chooses_layouts: ClassVar[bool] = True  # Note [Layouts Inductor chooses]
+    scatters_must_fold: ClassVar[bool] = True  # Note [Views of graph inputs]
+    # Note [Lazy reads under Inductor]
+    lazy_reader: ClassVar[Callable[[fx.Node], bool] | None] = staticmethod(lazy_under_inductor)
+
+    def repairs_before(self) -> Sequence[Callable[[fx.Graph], Any]]:
+        return REPAIRS_BEFORE
+
+    def repairs_after(self) -> Sequence[Callable[[Pass], Any]]:
+        return REPAIRS_AFTER
+
+    # -- realize: Notes [Lazy reads computed before the call], [Reads moved back before the
+    # call] in lazy_reads.py ---------------------------------------------------------------------
+
+    def plan_realization(self, q: Query, readers: list[fx.Node]) -> Realization | None:
+        return plan_realization(
+            q.node, readers, q.ctx.outputs, lazy_under_inductor, written_here=q.written_here
+        )
+
+    def plan_move_back(
+        self, q: Query, later: list[fx.Node], readers: list[fx.Node]
+    ) -> Realization | None:
+        # the reads an earlier rule's condition covers count as reads before the call
+        moved = q.provided.readers if q.provided is not None else ()
+        earlier = [*moved, *(r for r in readers if r < q.node and lazy_under_inductor(r))]
+        return plan_hoist(
+            q.node, later, earlier, q.ctx.outputs, lazy_under_inductor, q.written_here
+        )
+
+    def realize(self, ctx: Pass, call: fx.Node, plan: Realization) -> None:
+        realize_before(ctx, call, plan)
+
+    # -- copy and pin -----------------------------------------------------------------------------
+
+    def copy(
+        self, ctx: Pass, node: fx.Node, buf: Buffer | None = None, m: Mutation | None = None
+    ) -> CloneKind:
+        """A span copy wherever Inductor's layout choice could disagree with the recorded
+        strides (Note [Clones for Inductor] in emit.py)."""
+        aliased = buf is not None and m is not None and self._aliased(ctx, buf, m)
+        direct = buf is not None and all(c.is_alias for c in buf.chains)
+        val = node.meta["val"]
+        if overlaps_itself(val) and node.op != "placeholder":
+            return CloneKind.DENSE_PINNED if aliased or not direct else CloneKind.DENSE
+        if contiguous_or_false(val) and not aliased:
+            return CloneKind.CLONE
+        if direct and not aliased and node.op == "call_function" and node.target in VIEW_OPS:
+            return CloneKind.EMPTY_COPY
+        return CloneKind.SPAN
+
+    def pin(self, ctx: Pass, buf: Buffer, m: Mutation) -> bool:
+        return self._aliased(ctx, buf, m) or self._views_of_unrealized(buf)
+
+    @staticmethod
+    def _aliased(ctx: Pass, buf: Buffer, m: Mutation) -> bool:
+        """Whether ``buf`` needs one fixed layout (Note [Clones for Inductor] in emit.py): its
+        aliasing arguments do, and so does every buffer of a call that fixes no layout itself
+        (Note [Region operands keep no computed layout] in hops/subgraph.py)."""
+        return not m.fixes_layouts or aliased_args(buf, written_regions(ctx.analysis, buf))
+
+    @staticmethod
+    def _views_of_unrealized(buf: Buffer) -> bool:
+        """Whether to pin the layout of a buffer written in place through views.
+
+        Note [Views of unrealized buffers under Inductor]
+        When the op takes a view (``buf[1]``) of a buffer Inductor has not computed yet
+        (``x + 1``), Inductor computes that view's elements into a buffer of their own for the
+        op, one more allocation of the view's size, and then the buffer itself. An
+        ``as_strided`` alias of the whole buffer makes Inductor compute the buffer once, with
+        exactly its strides, and hand the op a view of it. Graph inputs are computed already.
+        """
+        return buf.node.op != "placeholder" and not all(c.is_alias for c in buf.chains)
+
+    def pin_root(self, ctx: Pass, buf: fx.Node) -> None:
+        """Make the chain of views ``buf`` starts from a buffer Inductor has not computed yet
+        start from a pinned alias of it instead (``pin_layout``).
+
+        Note [A written view of an unrealized buffer]
+        Under v1 the buffer of ``op(r1.narrow(0, 0, 2))``, with ``r1 = a.sum(2) * 0.5``, is the
+        narrow itself, and under v2 a base can be a view of a computed value too. Written in
+        place, the op takes that view as it is, and Inductor computes a view of a buffer it has
+        not realized into a buffer of the view's elements only: the op writes that copy and
+        ``r1`` never sees the write (fuzz seed 20261263 #26; PyTorch's built-in is wrong the
+        same way). An ``as_strided`` alias of the whole root with its own geometry makes
+        Inductor compute the root once, in place, and every view of the alias is then a view
+        of that memory. Only the root is pinned, never a view: a pinned view of a graph input
+        can lose its offset (the attempt that pinned the view itself broke fuzz seeds 20261267
+        #84 and 20261268 #20). Roots Inductor computes at their place (an extern kernel, an
+        op's output, a graph input) are left as they are, and so are roots of symbolic
+        geometry: with the pin, Inductor gave a wrong result for ``op(x,
+        x.nonzero().float()[:])`` under v1 (the conformance program ``af_recompile_unbacked``:
+        an unbacked size, strides ``(1, u0)``), which is right without it.
+        """
+        *chain, root = view_walk(buf)
+        if any(v.meta.get("autofunc.pin") for v in chain):
+            return  # pinned already
+        if (
+            not chain
+            or not isinstance(root.target, torch._ops.OpOverload)
+            or not isinstance(root.meta.get("val"), torch.Tensor)
+            or not lazy_under_inductor(root)
+            or any(
+                is_symbolic(v) for v in (*root.meta["val"].shape, *root.meta["val"].stride())
+            )
+        ):
+            return
+        first = chain[-1]  # the view of the root
+        with ctx.gm.graph.inserting_before(first):
+            pinned = pin_layout(ctx, root)
+        first.replace_input_with(root, pinned)
+
+    # -- the direct call --------------------------------------------------------------------------
+
+    def alias(self, ctx: Pass, node: fx.Node) -> fx.Node:
+        # Note [A fresh alias Inductor keeps] in inductor_ops.py
+        return emit(ctx, FRESH_ALIAS, (node,))
+
+    def declare_writes(
+        self, ctx: Pass, written: list[fx.Node], call: fx.Node | None = None, num_returns: int = 0
+    ) -> None:
+        # Note [Writes Inductor cannot see] in inductor_ops.py
+        if not written:
+            return
+        after = [] if call is None else _tensor_outputs(ctx, call, num_returns)
+        emit(ctx, WRITTEN, (written, after), val=None)
+
+
+def _tensor_outputs(ctx: Pass, call: fx.Node, n: int) -> list[fx.Node]:
+    """The tensor outputs of ``call`` (``getitem``s of it, or the call itself), which the
+    declaration after it takes so that the call stays even when nothing else uses them (Note
+    [Writes Inductor cannot see] in inductor_ops.py)."""
+    val = call.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return [call]
+    if not isinstance(val, (tuple, list)):
+        return []
+    return [
+        emit(ctx, operator.getitem, (call, i), val=v)
+        for i, v in enumerate(val[:n])
+        if isinstance(v, torch.Tensor)
+    ]
+
+
+INDUCTOR = InductorPolicy()
