@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -23,6 +24,7 @@ from autofunc.views import (
     infer_view_of,
     read_chain,
 )
+from autofunc.views import steps
 from autofunc.views.steps import STEPS
 
 # --------------------------------------------------------------------------------------------
@@ -267,6 +269,81 @@ def test_step_kind(tag: int) -> None:
     assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
     assert chain.geometry(*_geom(base), itemsize=base.element_size()) == _geom(view)
     assert chain.dtype(base.dtype) == view.dtype
+
+
+@dataclass(frozen=True)
+class _Transpose:
+    """A step kind of the test's own: ``aten.transpose.int(t, d0, d1)``."""
+
+    d0: int
+    d1: int
+
+    def apply(self, t: torch.Tensor) -> torch.Tensor:
+        return t.transpose(self.d0, self.d1)
+
+    def geometry(self, geom, itemsize):
+        size, stride = list(geom.size), list(geom.stride)
+        size[self.d0], size[self.d1] = size[self.d1], size[self.d0]
+        stride[self.d0], stride[self.d1] = stride[self.d1], stride[self.d0]
+        return type(geom)(tuple(size), tuple(stride), geom.offset), itemsize
+
+    def emit(self, x, graph):
+        return graph.call(torch.ops.aten.transpose.int, (x, self.d0, self.d1))
+
+    def box(self, box, dims):
+        dims = list(dims)
+        dims[self.d0], dims[self.d1] = dims[self.d1], dims[self.d0]
+        return box, tuple(dims)
+
+    def encode(self) -> tuple:
+        return (self.d0, self.d1)
+
+    @classmethod
+    def decode(cls, wire, pos):
+        return cls(*wire[pos : pos + 2]), pos + 2
+
+    def __str__(self) -> str:
+        return f"transpose({self.d0}, {self.d1})"
+
+    def subscript(self) -> None:
+        return None
+
+
+def test_a_step_kind_added_in_its_test(monkeypatch) -> None:
+    """A step kind added to ``STEPS`` here, changing nothing else (recipe "A view step" in
+    docs/architecture.md): chains take it, the wire carries it, its geometry is exact, and its
+    ATen call is what the pass's emitter inserts."""
+    step = _Transpose(0, 1)
+    with pytest.raises(TypeError, match="unknown view step"):
+        ViewChain((step,))  # refused until it is a kind of STEPS
+    monkeypatch.setitem(steps.STEPS, 99, _Transpose)
+    chain = ViewChain((Slice(0, 1, 4, 1), step))
+    wire = encode_chain(chain)
+    assert read_chain(wire, 0) == (chain, len(wire))
+    assert str(chain) == "[1:4] -> transpose(0, 1)"
+    base = _root(24).view(4, 6)
+    view = chain.apply(base)
+    assert torch.equal(view, base[1:4].t())
+    assert chain.geometry(*_geom(base), itemsize=base.element_size()) == _geom(view)
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+
+    class _FxGraph:  # the emitter's Graph protocol on a plain FX graph
+        arith = None
+
+        def call(self, target, args):
+            return graph.call_function(target, args)
+
+    out = x
+    for s in chain.steps:
+        out = s.emit(out, _FxGraph())
+    graph.output(out)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    assert torch.equal(gm(base), view)
+    assert [n.target for n in graph.nodes if n.op == "call_function"] == [
+        torch.ops.aten.slice.Tensor,
+        torch.ops.aten.transpose.int,
+    ]
 
 
 # --------------------------------------------------------------------------------------------

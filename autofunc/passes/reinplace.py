@@ -134,26 +134,9 @@ def reinplace(
     Otherwise ``buf`` is first cloned (``aten.clone``, or ``empty_strided`` + ``copy_`` to keep
     exact strides) and the op writes the clone.
 
-    Soundness: ``RULES`` (``rules.py``) are asked in this order for each buffer of a call; the
-    first objection keeps the clone, and the report gives its reason. The labels R1, R2, ...
-    belong to this table only; code and prose name a rule by its name (``Rule.name``), so a
-    rule inserted renumbers nothing else:
-
-    ==== =================================== ==================================================
-    R1   disabled                            ``DISABLED``: ``enable=False``
-    R2   no fake value                       ``NO_VALUE``: nothing to analyse
-    R3   module constant                     ``CONSTANT``
-    R4   buffer overlaps itself              ``OVERLAPS_ITSELF``: a stride-0 value the graph computes
-    R5   layout Inductor chooses             ``UNFIXED_LAYOUT``, ``LAYOUT_FIXED_LATE``
-                                             (``Policy.chooses_layouts``)
-    R6   one memory, two mutable buffers     ``SAME_BUFFER_TWICE``: an overlapping buffer of the
-                                             call is already written in place
-    R7   read by the same call               ``READ_BY_CALL``: another argument reads what it writes
-    R8   graph input: copied back, not       ``GRAPH_INPUT``, ``VIEW_OF_INPUT``, ``RETURNED_INPUT``,
-         returned                            ``SAVED_OUTPUT``, ``RETURNED_VERSION``
-    R9   lazy read under Inductor            ``LAZY_READ`` (``Policy.lazy_reader``)
-    R10  old value read later                ``READ_LATER``
-    ==== =================================== ==================================================
+    Soundness: ``RULES`` (``rules.py``, whose docstring holds their table) are asked in order
+    for each buffer of a call; the first objection keeps the clone, and the report gives its
+    reason.
 
     "Old value read later" and "lazy read under Inductor": no node after the call reads, through
     any version that shares its memory, an element of the regions the op writes (Inductor may

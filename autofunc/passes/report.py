@@ -9,50 +9,13 @@ graph (Note [Reports on a cache hit] in autofunc/inductor.py).
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 from typing import Any
 
 from .copies import Copy, CopyKind
+from .rules import Reason  # written beside the rules that give each (rules.py)
 
 __all__ = ["Reason", "Decision", "CallReport", "Report", "format_bytes"]
-
-
-class Reason(enum.Enum):
-    INPLACE = "written in place"
-    DISABLED = "re-inplacing is disabled"
-    READ_LATER = "its old value is read later"
-    READ_BY_CALL = "another argument of the same call reads the memory it writes"
-    SAME_BUFFER_TWICE = "the same memory is passed as two mutable buffers"
-    GRAPH_INPUT = (
-        "a graph input the graph copies no value back into after the call (it must keep its "
-        "old value)"
-    )
-    SAVED_OUTPUT = (
-        "a graph input whose new value a training graph also returns (saved for backward)"
-    )
-    RETURNED_INPUT = (
-        "a graph input whose new value the graph also returns (the output would alias the input)"
-    )
-    RETURNED_VERSION = (
-        "a graph input: the graph returns a view of the value written here, and copying a later "
-        "value back into the input would overwrite it"
-    )
-    LAZY_READ = "a value read from it earlier is used after the call (Inductor may compute it late)"
-    VIEW_OF_INPUT = "a view of a graph input (its mutation is scattered back, not copied)"
-    CONSTANT = "a constant of the module"
-    UNFIXED_LAYOUT = (
-        "Inductor chooses this computed buffer's layout, and the views the op gets assume the "
-        "recorded strides, which are not contiguous"
-    )
-    LAYOUT_FIXED_LATE = (
-        "Inductor would fix this computed buffer's layout (its recorded strides are not "
-        "contiguous) only at the call, after other nodes used the layout it had"
-    )
-    OVERLAPS_ITSELF = (
-        "it overlaps itself (a stride-0 view the graph computes); the op gets a dense copy"
-    )
-    NO_VALUE = "no fake value to analyse"
 
 
 @dataclasses.dataclass(frozen=True)

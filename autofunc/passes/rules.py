@@ -4,11 +4,34 @@ must be cloned, or ``None``; ``RULES`` asks them in order and :func:`decide` ret
 objection. What a rule must respect about the backend (the rules "layout Inductor chooses",
 "graph input: copied back, not returned" and "lazy read under Inductor") it reads off
 ``ctx.policy`` (``policy.py``). Nothing here rewrites the graph.
+
+The rules, in the order ``RULES`` asks them, and the reasons each gives (a test checks this
+table against ``RULES``). The labels R1, R2, ... belong to this table only; code and prose name
+a rule by its name (``Rule.name``), so a rule inserted renumbers nothing else. A new rule is
+a ``Rule`` at its place in ``RULES``, its row here, a :class:`Reason` member below where no
+existing one fits, and its case in tests/passes/test_rules.py: nothing else changes.
+
+==== =================================== ==================================================
+R1   disabled                            ``DISABLED``: ``enable=False``
+R2   no fake value                       ``NO_VALUE``: nothing to analyse
+R3   module constant                     ``CONSTANT``
+R4   buffer overlaps itself              ``OVERLAPS_ITSELF``: a stride-0 value the graph computes
+R5   layout Inductor chooses             ``UNFIXED_LAYOUT``, ``LAYOUT_FIXED_LATE``
+                                         (``Policy.chooses_layouts``)
+R6   one memory, two mutable buffers     ``SAME_BUFFER_TWICE``: an overlapping buffer of the
+                                         call is already written in place
+R7   read by the same call               ``READ_BY_CALL``: another argument reads what it writes
+R8   graph input: copied back, not       ``GRAPH_INPUT``, ``VIEW_OF_INPUT``, ``RETURNED_INPUT``,
+     returned                            ``SAVED_OUTPUT``, ``RETURNED_VERSION``
+R9   lazy read under Inductor            ``LAZY_READ`` (``Policy.lazy_reader``)
+R10  old value read later                ``READ_LATER``
+==== =================================== ==================================================
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 from typing import Any, Callable, NamedTuple
 
@@ -27,11 +50,50 @@ from .facts import (
     output_positions,
     written_regions,
 )
-from .report import Reason
 from .scatters import SAME_BYTES, all_scatters_fold
 from .walks import users_through_views, view_root, view_walk
 
 __all__ = ["RULES", "Provided", "Query", "Rule", "Ruling", "Verdict", "decide"]
+
+class Reason(enum.Enum):
+    """Why a buffer was written in place (``INPLACE``) or kept its clone: the rules' objections
+    (the table above), and the report's vocabulary (``report.py`` re-exports it)."""
+
+    INPLACE = "written in place"
+    DISABLED = "re-inplacing is disabled"
+    READ_LATER = "its old value is read later"
+    READ_BY_CALL = "another argument of the same call reads the memory it writes"
+    SAME_BUFFER_TWICE = "the same memory is passed as two mutable buffers"
+    GRAPH_INPUT = (
+        "a graph input the graph copies no value back into after the call (it must keep its "
+        "old value)"
+    )
+    SAVED_OUTPUT = (
+        "a graph input whose new value a training graph also returns (saved for backward)"
+    )
+    RETURNED_INPUT = (
+        "a graph input whose new value the graph also returns (the output would alias the input)"
+    )
+    RETURNED_VERSION = (
+        "a graph input: the graph returns a view of the value written here, and copying a later "
+        "value back into the input would overwrite it"
+    )
+    LAZY_READ = "a value read from it earlier is used after the call (Inductor may compute it late)"
+    VIEW_OF_INPUT = "a view of a graph input (its mutation is scattered back, not copied)"
+    CONSTANT = "a constant of the module"
+    UNFIXED_LAYOUT = (
+        "Inductor chooses this computed buffer's layout, and the views the op gets assume the "
+        "recorded strides, which are not contiguous"
+    )
+    LAYOUT_FIXED_LATE = (
+        "Inductor would fix this computed buffer's layout (its recorded strides are not "
+        "contiguous) only at the call, after other nodes used the layout it had"
+    )
+    OVERLAPS_ITSELF = (
+        "it overlaps itself (a stride-0 view the graph computes); the op gets a dense copy"
+    )
+    NO_VALUE = "no fake value to analyse"
+
 
 # -- step 3b: decide --------------------------------------------------------------------------
 

@@ -17,7 +17,6 @@ from .steps import STEPS, AsStrided, DtypeView, Step
 
 __all__ = ["ViewChain"]
 
-_KINDS = frozenset(STEPS.values())
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,7 +71,7 @@ class ViewChain:
     def __post_init__(self) -> None:
         steps = tuple(self.steps)
         for step in steps:
-            if type(step) not in _KINDS:
+            if type(step) not in STEPS.values():  # read now: the one table
                 raise TypeError(f"unknown view step {step!r}: not a kind of views.steps.STEPS")
         object.__setattr__(self, "steps", steps)
 

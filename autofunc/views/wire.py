@@ -32,6 +32,14 @@ __all__ = ["decode_chain", "encode_chain", "read_chain"]
 _TAG_OF = {kind: tag for tag, kind in STEPS.items()}
 
 
+def _tag_of(kind: type) -> int:
+    tag = _TAG_OF.get(kind)
+    if tag is None:  # a kind added to ``STEPS`` after this module was imported
+        _TAG_OF.update({k: t for t, k in STEPS.items()})
+        tag = _TAG_OF[kind]
+    return tag
+
+
 def encode_chain(chain: ViewChain) -> tuple:
     """Encodes a chain as a flat tuple of ints / SymInts (Note [A flat wire format]).
 
@@ -45,7 +53,7 @@ def encode_chain(chain: ViewChain) -> tuple:
     """
     wire: list = [len(chain.steps)]
     for step in chain.steps:
-        wire += (_TAG_OF[type(step)], *step.encode())
+        wire += (_tag_of(type(step)), *step.encode())
     return tuple(wire)
 
 

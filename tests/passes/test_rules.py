@@ -14,6 +14,8 @@ from autofunc import Reason
 from autofunc.passes import rules as R
 from autofunc.passes.facts import Buffer
 from autofunc.passes.policy import GENERIC
+from autofunc.testing import compile_capture, same_result
+from tools import corpus
 
 
 def _query(buf_node, *, enable=True, version=None, root=None):
@@ -123,3 +125,44 @@ def test_consent_on_a_condition(monkeypatch):
     q = types.SimpleNamespace(provided=None)
     monkeypatch.setattr(R, "RULES", (rule("a", first), rule("b", (Reason.READ_LATER, "x"))))
     assert R.decide(q) == (Reason.READ_LATER, "x", None)
+
+
+def test_the_rule_table_is_rules():
+    # the table in rules.py's docstring lists RULES in order, each with a reason that exists
+    rows = re.findall(r"^R(\d+) +(\S.*?)  +``([A-Z_]+)``", R.__doc__, re.M)
+    assert [int(n) for n, _, _ in rows] == list(range(1, len(R.RULES) + 1))
+    names = [r.name for r in R.RULES]
+    for (_, shown, _), name in zip(rows, names):
+        assert name.startswith(shown.strip()), (shown, name)
+    assert all(hasattr(Reason, reason) for _, _, reason in rows)
+
+
+def _program(x, y):
+    b = x * 2
+    corpus.add_(b, y)
+    return b + 1
+
+
+def test_a_rule_added_in_its_test(monkeypatch, strategy):
+    """A rule inserted into ``RULES`` here, changing nothing else: the pass asks it at its place
+    and the report gives its reason and detail (recipe "A rule" in docs/architecture.md)."""
+    asked = []
+
+    def no_computed_buffers(q):  # a toy rule: keep the clone of every computed buffer
+        asked.append(q.buf.node.name)
+        return (Reason.READ_LATER, "toy rule") if q.buf.node.op != "placeholder" else None
+
+    rules = list(R.RULES)
+    rules.insert(len(rules) - 1, R.Rule("no computed buffers", no_computed_buffers))
+    monkeypatch.setattr(R, "RULES", tuple(rules))
+    x, y = torch.randn(4), torch.randn(4)
+    compiled, captured = compile_capture(_program)
+    assert same_result(compiled(x, y), _program(x, y))
+    (d,) = [d for _, r in captured.reports for d in r.decisions]
+    assert (d.reason, d.detail) == (Reason.READ_LATER, "toy rule")
+    assert asked
+    monkeypatch.undo()
+    torch._dynamo.reset()
+    compiled, captured = compile_capture(_program)
+    compiled(x, y)
+    assert [d.reason for _, r in captured.reports for d in r.decisions] == [Reason.INPLACE]
