@@ -60,9 +60,9 @@ def child(args: argparse.Namespace) -> dict:
     measured: dict = {"copies": [], "reports": []}
     counting = args.child == "compiled" and not args.mp
     if args.no_reinplace:  # every buffer cloned: a graph full of copies for the report to count
-        import autofunc.inductor
+        from autofunc.registry import switches
 
-        autofunc.inductor._state.reinplace = False
+        switches.state.reinplace = False
     if counting:
         from autofunc.testing import post_grad_copies
 

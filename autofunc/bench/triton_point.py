@@ -24,13 +24,13 @@ class TritonSwitch:
 
     def __init__(self, on: bool = True) -> None:
         from ..hops import triton as adapter
-        from ..inductor import reinplace_triton_kernels
+        from ..registry.switches import reinplace_triton_kernels
 
         self._was = adapter.enabled()
         reinplace_triton_kernels(on)
 
     def remove(self) -> None:
-        from ..inductor import reinplace_triton_kernels
+        from ..registry.switches import reinplace_triton_kernels
 
         reinplace_triton_kernels(self._was)
 
