@@ -222,18 +222,25 @@ class AliasAnalysis:
             for arg in self._read_args(node):
                 self._record_read(node, arg)
         # When a lazily evaluated node is computed at the latest: where the first eager node
-        # (or the output) needs it, through any chain of lazy users. One reverse walk.
-        lazy = {n: lazy_reader is None or lazy_reader(n) for n in self.position}
+        # (or the output) needs it, through any chain of lazy users. One reverse walk; ``due``
+        # holds that position for lazy nodes and -1 for eager ones (read where they stand).
         due: dict[fx.Node, int] = {}
         position = self.position
         for n in reversed(graph.nodes):
+            if lazy_reader is not None and not lazy_reader(n):
+                due[n] = -1
+                continue
             at = position[n]
             for u in n.users:
-                at = max(at, due[u] if lazy[u] else position[u])
+                later = due[u]
+                if later < 0:
+                    later = position[u]
+                if later > at:
+                    at = later
             due[n] = at
         for reads in self.reads.values():
             for r in reads:
-                r.live_until = due[r.node] if lazy[r.node] else -1
+                r.live_until = due[r.node]
         self._pending: dict[Any, list[_Read]] = {}  # see reads_before_used_after
         self._pending_cursor: dict[Any, int] = {}
 
@@ -270,7 +277,8 @@ class AliasAnalysis:
         key = self.version[arg]
         pos = self.position[node]
         coarse = False
-        copies = [(p, src) for p, src in self._overwrites.get(key, ()) if p < pos]
+        overwrites = self._overwrites.get(key)
+        copies = [(p, src) for p, src in overwrites if p < pos] if overwrites else None
         if copies:
             src = max(copies, key=lambda c: c[0])[1]
             root, src_root = self.root[key], self.root[self.version[src]]

@@ -34,10 +34,9 @@ kind of the ``copy_`` that writes into it, so a report re-counted after Inductor
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -111,16 +110,22 @@ def _copy_nodes(graph: fx.Graph) -> list[fx.Node]:
     return sorted(n for t in COPY_TARGETS for n in graph.find_nodes(op="call_function", target=t))
 
 
-@contextlib.contextmanager
-def copying(ctx: Any, kind: CopyKind, call: str = "") -> Iterator[None]:
+class copying:  # noqa: N801 - used as a function: ``with copying(ctx, kind, call):``
     """Inside the block, the copy nodes ``emit`` inserts for ``ctx`` are tagged ``(kind, call)``
-    (Note [Every copy in the report])."""
-    outer = getattr(ctx, "copying_for", None)
-    ctx.copying_for = (kind, call)
-    try:
-        yield
-    finally:
-        ctx.copying_for = outer
+    (Note [Every copy in the report]). A class, not a generator context manager: it is entered
+    a few times per call the pass rewrites."""
+
+    __slots__ = ("ctx", "tag", "outer")
+
+    def __init__(self, ctx: Any, kind: CopyKind, call: str = "") -> None:
+        self.ctx, self.tag = ctx, (kind, call)
+
+    def __enter__(self) -> None:
+        self.outer = getattr(self.ctx, "copying_for", None)
+        self.ctx.copying_for = self.tag
+
+    def __exit__(self, *exc: object) -> None:
+        self.ctx.copying_for = self.outer
 
 
 def tag_emitted(ctx: Any, node: fx.Node) -> None:

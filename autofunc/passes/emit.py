@@ -57,7 +57,7 @@ def fake_values(x: Any) -> Any:
     if isinstance(x, fx.Node):
         return x.meta["val"]
     if isinstance(x, (tuple, list)):
-        return type(x)(fake_values(v) for v in x)
+        return type(x)([fake_values(v) for v in x])
     if isinstance(x, dict):
         return {k: fake_values(v) for k, v in x.items()}
     return x
@@ -115,12 +115,19 @@ def _view_val(mode: FakeTensorMode, target: Any, args: tuple) -> FakeTensor | No
     mode does inside its own dispatch, and wraps it without entering it in the converter's memo
     (the meta tensor is fresh, so no one looks it up; a memo entry is a weak reference more
     per view). Any failure falls back to that dispatch.
+
+    The meta kernel runs below the autograd and ADInplaceOrView keys, as a kernel does inside
+    the fake mode's own dispatch: above them, the view op would also record the meta result as
+    a view of the base (view metadata and a replay function), which costs a third of the call
+    and which ``FakeTensor`` drops anyway when it wraps the meta tensor (the value is a fresh
+    tensor object over the base's fake storage either way, ``_is_view()`` false, with the same
+    sizes, strides, offset, dtype, device and version counter).
     """
     base = args[0] if args else None
     if target not in _META_VIEWS or type(base) is not FakeTensor or base.fake_mode is not mode:
         return None
     try:
-        with in_kernel_invocation_manager(mode):
+        with in_kernel_invocation_manager(mode), torch._C._AutoDispatchBelowADInplaceOrView():
             out = target(*args)
         return FakeTensor(mode, out, base.device)
     except Exception:  # noqa: BLE001 - an API that moved, a check that needs the mode

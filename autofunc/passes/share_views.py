@@ -95,7 +95,8 @@ def share_input_views(graph: fx.Graph) -> int:
 
 
 def _changes_geometry_in_place(graph: fx.Graph) -> bool:
-    return any(_reseats(n.target) for n in graph.nodes if n.op == "call_function")
+    targets = {id(n.target): n.target for n in graph.nodes if n.op == "call_function"}
+    return any(_reseats(t) for t in targets.values())  # each distinct target once
 
 
 def _reseats(target: Any) -> bool:
