@@ -129,10 +129,22 @@ def run_pass(gm: torch.fx.GraphModule, is_inference: bool | None, note: str = ""
 _post_grad = threading.local()
 
 
+def _loaded(name: str) -> Any:
+    """``sys.modules[name]`` once its import has finished, else ``None``: a module another
+    thread is still executing (a first compile importing Inductor beside a registration, Note
+    [Importing the compiler beside a first compile]) lacks the names defined after the point it
+    has reached. The callers run again later (every functionalized call runs the backend hooks,
+    every compile asks the pass's ``uuid``), so what they skip now is done then."""
+    module = sys.modules.get(name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
+
+
 def _hook_post_grad() -> None:
     """Wrap ``compile_fx._recursive_post_grad_passes`` (Note [Reports after Inductor's
     post-grad passes]); again whenever something replaced the wrapper. Idempotent."""
-    compile_fx = sys.modules.get("torch._inductor.compile_fx")
+    compile_fx = _loaded("torch._inductor.compile_fx")
     original = getattr(compile_fx, "_recursive_post_grad_passes", None)
     if original is None or getattr(original, "_autofunc", False):
         return
@@ -229,7 +241,7 @@ def _why_missing() -> str:
 def _install_backstops() -> None:
     """Put :class:`DeviceBackstop` in every device's pass slot that lacks it (idempotent; only
     once Inductor's code generation is loaded, Note [The pass is never missing])."""
-    common = sys.modules.get("torch._inductor.codegen.common")
+    common = _loaded("torch._inductor.codegen.common")
     table = getattr(common, "custom_backend_passes", None)
     if common is None or table is None:
         return
@@ -347,8 +359,8 @@ def _hook_inductor_cache() -> None:
     global _hooked
     if _hooked:
         return
-    codecache = sys.modules.get("torch._inductor.codecache")
-    output_code = sys.modules.get("torch._inductor.output_code")
+    codecache = _loaded("torch._inductor.codecache")
+    output_code = _loaded("torch._inductor.output_code")
     if codecache is None or output_code is None:
         return
     with _lock:

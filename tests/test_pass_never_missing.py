@@ -153,3 +153,22 @@ def test_backstop_in_every_device_slot_and_in_the_cache_key(registered):
     )
     key = custom_backend_passes["cpu"].uuid()
     assert key[1] == inductor.ReinplacePass().uuid()  # changes with autofunc's code and state
+
+
+def test_backstops_wait_for_inductor_code_another_thread_still_imports(monkeypatch):
+    # A first compile in another thread may be executing ``codegen.common`` when a registration
+    # installs the pass: its table exists, ``init_backend_registration`` (defined further down)
+    # not yet. The install skips it then (a later functionalized call installs the backstops),
+    # where it raised AttributeError (test_startup_race.py, 1 run in 20 under load).
+    import torch._inductor.codegen.common as common
+
+    from autofunc import inductor
+
+    monkeypatch.setattr(common.__spec__, "_initializing", True, raising=False)
+    monkeypatch.delattr(common, "init_backend_registration")
+    inductor._install_backstops()  # no AttributeError
+    monkeypatch.undo()
+    inductor._install_backstops()
+    assert all(
+        isinstance(p, inductor.DeviceBackstop) for p in common.custom_backend_passes.values()
+    )
