@@ -29,6 +29,11 @@ def _recipes() -> dict[str, tuple[list[str], str]]:
 RECIPES = _recipes()
 
 
+def _pattern(file: str) -> str:
+    """A recipe's file as a glob: ``autofunc/hops/<kind>.py`` -> ``autofunc/hops/*.py``."""
+    return re.sub(r"<[^>]+>", "*", file)
+
+
 def _module_file(dotted: str) -> str:
     """``autofunc.passes.rules`` -> ``autofunc/passes/rules.py``."""
     path = Path(*dotted.split("."))
@@ -54,7 +59,7 @@ def _imported_modules(path: Path) -> dict[str, str]:
                     names[a.asname or a.name] = full
         elif isinstance(node, ast.Import):
             for a in node.names:
-                names[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name
+                names[a.asname or a.name.split(".")[0]] = a.name
     return names
 
 
@@ -87,15 +92,14 @@ def test_the_recipes_are_written_as_the_test_reads_them():
 def test_a_recipes_files_and_example_exist(recipe):
     files, example = RECIPES[recipe]
     for f in files:
-        pattern = re.sub(r"<[^>]+>", "*", f)
-        assert list(ROOT.glob(pattern)), f"{recipe}: {f} matches no file"
+        assert list(ROOT.glob(_pattern(f))), f"{recipe}: {f} matches no file"
     _test_function(example)
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_an_example_changes_only_its_recipes_files(recipe):
     files, example = RECIPES[recipe]
-    allowed = {p.relative_to(ROOT).as_posix() for f in files for p in ROOT.glob(re.sub(r"<[^>]+>", "*", f))}
+    allowed = {p.relative_to(ROOT).as_posix() for f in files for p in ROOT.glob(_pattern(f))}
     assert _patched_files(example) <= allowed, (recipe, _patched_files(example), allowed)
 
 

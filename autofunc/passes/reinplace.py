@@ -25,12 +25,14 @@ The pass runs these steps, in this order; the modules cite them by number.
       (``rules.py``; the first objection wins, a rule may consent on a condition, the reads
       to compute before the call), and the plan says whether the op takes a pinned alias of
       a buffer written in place, or which copy a cloned one gets (the policy's ``pin`` and
-      ``copy``). ``apply_plan`` is the one place that edits the graph and the pass's state for it: the
-      reads computed before the call (the policy's ``realize``), the buffer written in place
-      (pinned) or cloned (``emit.py``), its outputs rewired in the alias analysis; written in
-      place, the scatters that put back what it wrote are folded (``scatters.py``) and the
-      root of its views pinned where the backend has not computed it (``pin_root``);
-   c. the direct op call emitted (the policy's fresh ``alias`` and ``declare_writes``) on the buffers or their clones, the call's outputs rewired.
+      ``copy``). ``apply_plan`` is the one place that edits the graph and the pass's state
+      for it: the reads computed before the call (the policy's ``realize``), the buffer
+      written in place (pinned) or cloned (``emit.py``), its outputs rewired in the alias
+      analysis; written in place, the scatters that put back what it wrote are folded
+      (``scatters.py``) and the root of its views pinned where the backend has not computed
+      it (the policy's ``pin_root``);
+   c. the direct op call emitted on the buffers or their clones (the policy's fresh ``alias``
+      and ``declare_writes``), the call's outputs rewired.
 4. Outputs (``outputs.py``): epilogue copies that became ``copy_(x, x)`` removed, fresh outputs
    in a written input's memory copied at the end, saved ones kept from the backward's reuse.
 5. Repairs after: the policy's ``repairs_after()``, rewrites of the rewritten graph.
@@ -395,8 +397,9 @@ def _emit_call(
     ctx: Pass, node: fx.Node, m: Mutation, new_bufs: list[fx.Node]
 ) -> tuple[fx.Node, int | None]:
     """The direct call (``m.direct_call``), with each mutable argument regenerated from its
-    (new) buffer and the writes ``m.declared_writes`` declared around it; returns it and how many op outputs it has, ``None`` where the call itself is
-    its one output (else they are ``getitem`` of it)."""
+    (new) buffer and the writes ``m.declared_writes`` declared around it (by the policy);
+    returns it and how many op outputs it has, ``None`` where the call itself is its one
+    output (else they are ``getitem`` of it)."""
     # Note [Arguments keep their identity] in hops/common.py.
     distinct = Distinct(lambda n: ctx.policy.alias(ctx, n), lambda n: n)
     shared: dict = {}  # the chains' common prefixes, emitted once

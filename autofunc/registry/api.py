@@ -27,12 +27,12 @@ from .state import STRATEGIES
 __all__ = [
     "Registration",
     "add_release_hook",
-    "release_if_unused",
     "functionalize",
     "override",
     "register",
     "registered_strategy",
     "registrations",
+    "release_if_unused",
 ]
 
 log = logging.getLogger("autofunc.registry")
