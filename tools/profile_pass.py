@@ -6,7 +6,8 @@ unless ``--gc``), then once on the graph itself, and the compile stops there (``
 it go on). Options:
 
 * ``--profile F``: the run on the graph itself under cProfile, stats to F;
-* ``--sample F``: the same under pyinstrument (if installed; a development tool), text to F;
+* ``--sample F``: the same under pyinstrument (if installed; a development tool), text to F
+  (``--sample-interval S``: seconds between samples; 1e-3 distorts the timings less);
 * ``--objects``: objects the cyclic GC tracks, net, over each timed copy;
 * ``--gc-events``: let the whole compile run with the GC on and print when each full (oldest
   generation) collection fired, how long it took and in which phase, beside the pass's window.
@@ -47,10 +48,10 @@ def _copy(gm: fx.GraphModule) -> fx.GraphModule:
     return _LazyGraphModule(gm, graph)  # recompiles lazily, as Inductor's own module
 
 
-def _sampler():
+def _sampler(interval: float):
     from pyinstrument import Profiler  # a development tool, not a dependency
 
-    return Profiler(interval=0.0002)
+    return Profiler(interval=interval)
 
 
 def _time_copies(args: argparse.Namespace, gm: fx.GraphModule, kwargs: dict, hops: int) -> None:
@@ -80,7 +81,7 @@ def _run_profiled(args: argparse.Namespace, gm: fx.GraphModule, kwargs: dict, ho
     if not args.gc:
         gc.disable()
     prof = cProfile.Profile() if args.profile else None
-    sampler = _sampler() if args.sample else None
+    sampler = _sampler(args.sample_interval) if args.sample else None
     t0 = time.perf_counter()
     if prof:
         prof.enable()
@@ -132,6 +133,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", default="")
     ap.add_argument("--sample", default="", help="a pyinstrument report of it (text) to here")
+    ap.add_argument("--sample-interval", type=float, default=0.0002, help="seconds (pyinstrument)")
     ap.add_argument("--objects", action="store_true", help="count objects the GC tracks")
     ap.add_argument("--finish", action="store_true", help="finish the compile afterwards")
     ap.add_argument("--gc", action="store_true", help="leave the cyclic GC on while timing")

@@ -119,11 +119,32 @@ def encode_views(entries: Sequence[ViewsEntry]) -> tuple:
 
 
 def decode_views(info: OpInfo, wire: Sequence) -> dict[str, ViewsEntry]:
-    """``_views`` -> ``{mutable arg name: ArgView | [ArgView, ...] | None}``.
+    """``_views`` -> ``{mutable arg name: ArgView | [ArgView, ...] | None}``. The result is
+    shared between calls with the same op and wire (a decoder's layers): read it, never change
+    it.
 
     Raises:
         ValueError: When ``wire`` does not match the op's mutable arguments.
     """
+    # a wire of plain ints (no SymInt, no node) decodes to the same immutable chains each time
+    key = (id(info), wire) if type(wire) is tuple and all(type(x) is int for x in wire) else None
+    if key is not None:
+        hit = _DECODED.get(key)
+        if hit is not None and hit[0] is info:
+            return hit[1]
+    out = _decode_views(info, wire)
+    if key is not None:
+        if len(_DECODED) >= _DECODED_MAX:
+            _DECODED.clear()
+        _DECODED[key] = (info, out)  # holding ``info`` keeps its id from being reused
+    return out
+
+
+_DECODED: dict[tuple[int, tuple], tuple[OpInfo, dict[str, ViewsEntry]]] = {}
+_DECODED_MAX = 4096
+
+
+def _decode_views(info: OpInfo, wire: Sequence) -> dict[str, ViewsEntry]:
     out: dict[str, ViewsEntry] = {}
     pos = 0
     for arg in info.mutable_args:

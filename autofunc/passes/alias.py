@@ -191,6 +191,7 @@ class AliasAnalysis:
         self.reads: dict[Any, list[_Read]] = {}
         self._parent: dict[Any, Any] = {}  # union-find over versions
         self._regions: dict[fx.Node, Region] = {}  # memo of region()
+        self._root_geometry: dict[Any, tuple[tuple, bool, int]] = {}  # memo of root_geometry()
         self._masks: dict[fx.Node, Region | None] = {}  # scatter -> the region it replaces
         self._reads_by: dict[fx.Node, list[_Read]] = {}  # reader -> its reads
         self._members: dict[Any, list[Any]] = {}
@@ -498,13 +499,22 @@ class AliasAnalysis:
         """The region a view of ``node``'s value with geometry ``(size, stride, offset)`` covers
         in ``node``'s version; ``geom`` is in elements of ``itemsize`` bytes (default: those of
         ``node``'s dtype; another size for a dtype view of it)."""
-        root = self.root[self.version[node]].meta["val"]
-        root_geom = (tuple(root.shape), tuple(root.stride()), root.storage_offset())
         if itemsize is None:
             itemsize = node.meta["val"].element_size()
-        return region_of_geometry(
-            geom, root_geom, is_dense_root(root), itemsize, root.element_size()
-        )
+        root_geom, dense, root_itemsize = self.root_geometry(node)
+        return region_of_geometry(geom, root_geom, dense, itemsize, root_itemsize)
+
+    def root_geometry(self, node: fx.Node) -> tuple[tuple, bool, int]:
+        """``(geometry, dense, itemsize)`` of the root of ``node``'s version: its (size, stride,
+        offset), whether it is dense (``is_dense_root``) and its element size (computed once per
+        version)."""
+        key = self.version[node]
+        facts = self._root_geometry.get(key)
+        if facts is None:
+            root = self.root[key].meta["val"]
+            geom = (tuple(root.shape), tuple(root.stride()), root.storage_offset())
+            facts = self._root_geometry[key] = (geom, is_dense_root(root), root.element_size())
+        return facts
 
     def memory_class(self, key: Any) -> Any:
         while self._parent[key] != key:

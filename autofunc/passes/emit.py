@@ -45,6 +45,7 @@ __all__ = [
     "getitem_of",
     "graph_arith",
     "inherit_unbacked_bindings",
+    "new_node",
     "pin_layout",
 ]
 
@@ -79,7 +80,7 @@ def emit(
     """Insert ``target(*args, **kwargs)`` with a fake ``meta["val"]``: ``val`` when the caller
     knows it, else computed by running ``target`` on fake values."""
     kwargs = kwargs or {}
-    node = ctx.gm.graph.call_function(target, args, kwargs)
+    node = new_node(ctx.gm.graph, target, args, kwargs)
     if val is NO_VAL:
         fake = fake_values((args, kwargs))
         val = _view_val(ctx.fake_mode, target, fake[0]) if not kwargs else None
@@ -89,6 +90,36 @@ def emit(
     node.meta["val"] = val
     tag_emitted(ctx, node)  # Note [Every copy in the report] in copies.py
     return node
+
+
+def new_node(graph: fx.Graph, target: Any, args: tuple, kwargs: dict | None = None) -> fx.Node:
+    """``graph.call_function(target, args, kwargs)`` at the insertion point, for the pass's own
+    nodes.
+
+    Note [Emitting a node]
+    ``Graph.create_node`` scans the arguments of a call for raw SymInts (a warning on recent
+    torch: a SymInt in an FX argument is no code) with a generic pytree walk, which costs a
+    third of the call. The pass never emits one (symbolic sizes reach code as nodes,
+    ``geometry_of``), so it creates the node bare and then sets its arguments, which records
+    the uses exactly as the constructor does. The name FX derives from the target is computed
+    once per target (the same name, made unique by the graph's namespace as before).
+    """
+    node = graph.create_node("call_function", target, name=_name_of(graph, target))
+    if args:
+        node.args = args
+    if kwargs:
+        node.kwargs = kwargs
+    return node
+
+
+_NAMES: dict[int, tuple[Any, str]] = {}  # id(target) -> (target, the name FX gives its nodes)
+
+
+def _name_of(graph: fx.Graph, target: Any) -> str:
+    known = _NAMES.get(id(target))
+    if known is None or known[0] is not target:
+        known = _NAMES[id(target)] = (target, graph._target_to_str(target))
+    return known[1]
 
 
 _META_VIEWS = frozenset(
@@ -372,6 +403,6 @@ def inherit_unbacked_bindings(call: fx.Node, hop: fx.Node, num_returns: int) -> 
 
 def getitem_of(graph: fx.Graph, call: fx.Node, index: int, like: fx.Node) -> fx.Node:
     with graph.inserting_before(like):
-        node = graph.call_function(operator.getitem, (call, index))
+        node = new_node(graph, operator.getitem, (call, index))
     node.meta["val"] = call.meta["val"][index]
     return node

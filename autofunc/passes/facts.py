@@ -18,6 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .. import views
 from ..hops.adapter import Mutation
 from ..regions import Region, overlaps
+from ..symbolic import is_plain
 from .alias import AliasAnalysis
 from .emit import (
     fake_values,
@@ -109,16 +110,53 @@ def written_regions(analysis: AliasAnalysis, buf: Buffer) -> list[Region]:
     if buf.written is None:
         val = buf.node.meta["val"]
         geom = (tuple(val.shape), tuple(val.stride()), val.storage_offset())
-        itemsize = val.element_size()
-        buf.written = [
-            analysis.region_of_geometry(
-                buf.node,
-                _values(c).shifted(geom[2]).geometry(*geom, itemsize=itemsize),
-                c.dtype(val.dtype).itemsize,  # Note [Dtype views]: regions are in bytes
-            )
-            for c in buf.chains
-        ]
+        buf.written = [_written(analysis, buf.node, val, geom, c) for c in buf.chains]
     return buf.written
+
+
+def _written(
+    analysis: AliasAnalysis, node: fx.Node, val: Any, geom: tuple, chain: views.ViewChain
+) -> Region:
+    """The region of ``node``'s version that ``chain`` applied to ``node`` (value ``val``,
+    geometry ``geom``) covers.
+
+    Note [Written regions memoized]
+    A decoder asks this for every layer with the same chain (one object: ``decode_views``
+    shares the chains of a plain wire), the same buffer geometry and the same root geometry, a
+    different layer's cache but the same numbers. Where all of them are ints (no SymInt, no
+    node in the chain's steps) the answer is a pure function of those ints, kept per chain object; the
+    chain holds its own memo, so it lives exactly as long as the chain does.
+    """
+    root = analysis.root_geometry(node)
+    key = (geom, val.element_size(), val.dtype, root) if _plain_geometry(geom, root) else None
+    memo = chain.__dict__.get("_written_memo") if key is not None else None
+    if memo is not None:
+        region = memo.get(key)
+        if region is not None:
+            return region
+    itemsize = val.element_size()
+    region = analysis.region_of_geometry(
+        node,
+        _values(chain).shifted(geom[2]).geometry(*geom, itemsize=itemsize),
+        chain.dtype(val.dtype).itemsize,  # Note [Dtype views]: regions are in bytes
+    )
+    if key is not None and all(is_plain(v) for s in chain.steps for v in vars(s).values()):
+        if memo is None:
+            memo = {}
+            object.__setattr__(chain, "_written_memo", memo)  # a frozen dataclass's own memo
+        if len(memo) < 64:
+            memo[key] = region
+    return region
+
+
+def _plain_geometry(geom: tuple, root: tuple) -> bool:
+    """Whether the buffer's and the root's (size, stride, offset) are all plain ints."""
+    (size, stride, off), (rsize, rstride, roff) = geom, root[0]
+    return (
+        type(off) is int
+        and type(roff) is int
+        and all(type(x) is int for x in size + stride + rsize + rstride)
+    )
 
 
 def _values(chain: views.ViewChain) -> views.ViewChain:

@@ -63,17 +63,20 @@ def _as_strided_of_roots(graph: fx.Graph) -> None:
 def _inductor_drops_view_offsets() -> bool:
     """Whether this torch's Inductor lowers ``as_strided(view, size, stride)`` (no offset) at
     offset 0 of the view's buffer instead of at the view's own offset (pytorch#175325, fixed by
-    pytorch#180581 after torch 2.11). Read off the lowering's source: the fix reads the view's
-    layout offset when none is given. Where the source cannot be read, the version decides."""
+    pytorch#180581 after torch 2.11). Read off the lowering's code: the fix reads the view's
+    layout offset when none is given (``x.get_layout().offset``), so its code names both
+    ``get_layout`` and ``offset``; the lowerings before it name neither. (Its code, not its
+    source text: reading and tokenizing Inductor's lowering module cost milliseconds of the
+    first compile.) Where the lowering has no code object, the version decides."""
     import inspect
 
     from torch._inductor import lowering
 
-    try:
-        return "get_layout().offset" not in inspect.getsource(lowering.as_strided)
-    except (OSError, TypeError):
-        log.debug("as_strided lowering has no source; the torch version decides", exc_info=True)
+    code = getattr(inspect.unwrap(lowering.as_strided), "__code__", None)
+    if code is None:
+        log.debug("as_strided lowering has no code object; the torch version decides")
         return torch.__version__ < "2.12"
+    return not {"get_layout", "offset"} <= set(code.co_names)
 
 
 def _explicit_as_strided_offsets(graph: fx.Graph, inputs_too: bool = True) -> None:

@@ -151,4 +151,10 @@ class ViewChain:
         return next((s.dtype for s in reversed(self.steps) if isinstance(s, DtypeView)), base_dtype)
 
     def __str__(self) -> str:
-        return "alias" if not self.steps else _render(self.steps)
+        # rendered once per chain: chains decoded from a plain wire are shared by every call
+        # with that wire (``hops.v2.decode_views``), and each is rendered for every report
+        text = self.__dict__.get("_text")
+        if text is None:
+            text = "alias" if not self.steps else _render(self.steps)
+            object.__setattr__(self, "_text", text)
+        return text

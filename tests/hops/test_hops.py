@@ -86,6 +86,22 @@ def test_lists_holding_none_and_none_lists():
     assert torch.equal(base, base0)
 
 
+def test_decoded_views_are_shared_for_a_plain_wire_only():
+    # A decoder's layers carry the same wire: it decodes once, to the same chain objects (the
+    # pass keeps per-chain memos on them); a wire read back as a list, or holding anything but
+    # ints, decodes afresh each time.
+    info = autofunc.schema.op_info(torch.ops.autofunc_corpus.add_list_opt.default)
+    entries = [[ArgView(0, ViewChain((Select(0, 1),))), None]]
+    wire = encode_views(entries)
+    first, again = decode_views(info, wire), decode_views(info, tuple(wire))
+    assert first == {"xs": entries[0]} and first["xs"][0].chain is again["xs"][0].chain
+    as_list = decode_views(info, list(wire))
+    assert as_list == first and as_list["xs"][0].chain is not first["xs"][0].chain
+    # another op with the same wire gets its own entry
+    other = autofunc.schema.op_info(torch.ops.autofunc_corpus.add_opt_list.default)
+    assert decode_views(other, wire)["xs"][0].chain is not first["xs"][0].chain
+
+
 def test_v2_changes_only_the_view_in_a_new_base():
     base, y = torch.randn(3, 4), torch.randn(4)
     base_before = base.clone()

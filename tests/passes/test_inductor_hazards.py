@@ -404,6 +404,19 @@ def test_views_of_a_buffer_inductor_lays_out_itself(fuzz_strategy):
 # -- torch 2.11's Inductor drops a view's offset in an offset-less as_strided (pytorch#175325) --
 
 
+def test_whether_inductor_drops_view_offsets_is_read_off_its_lowering():
+    # The check reads the names the lowering's code uses, not its source; both must agree on
+    # the installed torch (the fix reads ``x.get_layout().offset``).
+    import inspect
+
+    from torch._inductor import lowering
+
+    from autofunc.passes.inductor_repairs import _inductor_drops_view_offsets
+
+    source = inspect.getsource(lowering.as_strided)
+    assert _inductor_drops_view_offsets() == ("get_layout().offset" not in source)
+
+
 @pytest.mark.parametrize("strategy_name", ["v1", "v2"])
 def test_offsets_made_explicit_where_inductor_drops_them(strategy_name, monkeypatch):
     # Found on torch 2.11 (fuzz seed 1234 #203): the span clone's views are as_strided of a
