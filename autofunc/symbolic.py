@@ -26,6 +26,7 @@ __all__ = [
     "is_symbolic",
     "known",
     "nbytes_hint",
+    "plain_fields",
     "span_extent",
 ]
 
@@ -100,6 +101,12 @@ def is_plain(v: Any) -> bool:
     if isinstance(v, tuple):
         return all(type(e) is int for e in v)
     return type(v) is int or isinstance(v, torch.dtype)
+
+
+def plain_fields(x: Any) -> bool:
+    """Whether every field of ``x`` (a view step, or any object with a ``__dict__``) is
+    :func:`is_plain`: a value that hashes and compares by its numbers alone."""
+    return all(is_plain(v) for v in vars(x).values())
 
 
 def contiguous_or_false(t: torch.Tensor) -> bool:

@@ -489,8 +489,9 @@ class AliasAnalysis:
         """The region of its version that ``node`` covers."""
         region = self._regions.get(node)
         if region is None:
-            root = self.root[self.version[node]]
-            region = self._regions[node] = region_of(node.meta["val"], root.meta["val"])
+            val = node.meta["val"]
+            geom = (tuple(val.shape), tuple(val.stride()), val.storage_offset())
+            region = self._regions[node] = self.region_of_geometry(node, geom)
         return region
 
     def region_of_geometry(

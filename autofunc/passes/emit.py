@@ -25,8 +25,8 @@ from ..errors import GraphError
 from ..symbolic import (
     Arith,
     copy_extent,
-    is_plain,
     is_symbolic,
+    plain_fields,
 )
 from .copies import tag_emitted
 
@@ -290,7 +290,7 @@ def _share_key(node: fx.Node, step: Any) -> tuple | None:
     """``(node, step)`` when every field of the step is a plain int (or tuple of them) or a
     dtype, else ``None``: a SymInt cannot be hashed and compares to a SymBool, and a node is
     not compared by value."""
-    return (node, step) if all(is_plain(v) for v in vars(step).values()) else None
+    return (node, step) if plain_fields(step) else None
 
 
 class _StepGraph:

@@ -18,7 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .. import views
 from ..hops.adapter import Mutation
 from ..regions import Region, overlaps
-from ..symbolic import is_plain
+from ..symbolic import is_plain, plain_fields
 from .alias import AliasAnalysis
 from .emit import (
     fake_values,
@@ -124,11 +124,12 @@ def _written(
     A decoder asks this for every layer with the same chain (one object: ``decode_views``
     shares the chains of a plain wire), the same buffer geometry and the same root geometry, a
     different layer's cache but the same numbers. Where all of them are ints (no SymInt, no
-    node in the chain's steps) the answer is a pure function of those ints, kept per chain object; the
-    chain holds its own memo, so it lives exactly as long as the chain does.
+    node in the chain's steps) the answer is a pure function of those ints and the dtype, kept
+    per chain object: the chain holds its own memo, so it lives exactly as long as the chain.
     """
     root = analysis.root_geometry(node)
-    key = (geom, val.element_size(), val.dtype, root) if _plain_geometry(geom, root) else None
+    plain = all(is_plain(x) for x in (*geom, *root[0]))
+    key = (geom, val.dtype, root) if plain else None
     memo = chain.__dict__.get("_written_memo") if key is not None else None
     if memo is not None:
         region = memo.get(key)
@@ -140,23 +141,13 @@ def _written(
         _values(chain).shifted(geom[2]).geometry(*geom, itemsize=itemsize),
         chain.dtype(val.dtype).itemsize,  # Note [Dtype views]: regions are in bytes
     )
-    if key is not None and all(is_plain(v) for s in chain.steps for v in vars(s).values()):
+    if key is not None and all(plain_fields(s) for s in chain.steps):
         if memo is None:
             memo = {}
             object.__setattr__(chain, "_written_memo", memo)  # a frozen dataclass's own memo
         if len(memo) < 64:
             memo[key] = region
     return region
-
-
-def _plain_geometry(geom: tuple, root: tuple) -> bool:
-    """Whether the buffer's and the root's (size, stride, offset) are all plain ints."""
-    (size, stride, off), (rsize, rstride, roff) = geom, root[0]
-    return (
-        type(off) is int
-        and type(roff) is int
-        and all(type(x) is int for x in size + stride + rsize + rstride)
-    )
 
 
 def _values(chain: views.ViewChain) -> views.ViewChain:
