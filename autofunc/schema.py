@@ -55,6 +55,8 @@ class OpInfo:
     # For an op tagged ``inplace`` or ``out`` whose every output is one of its mutable
     # arguments (Note [Ops that return their arguments]): those arguments, in output order.
     returned_args: tuple[str, ...] = ()
+    # the arguments a call passes by position (every one not keyword-only), in schema order
+    positional_names: tuple[str, ...] = ()
 
     @property
     def mutable_names(self) -> tuple[str, ...]:
@@ -161,6 +163,7 @@ def _check(op: OpOverload) -> OpInfo:
         mutable_args=tuple(mutable),
         num_returns=len(returns),
         returned_args=returned,
+        positional_names=tuple(a.name for a in schema.arguments if not a.kwarg_only),
     )
 
 

@@ -154,9 +154,7 @@ class Mutation:
         ``OpOverload`` with the schema's positional arguments in order)."""
         assert self.info is not None, f"{type(self).__name__} without info must give its call"
         kwargs = self.call_kwargs(args)
-        positional = tuple(
-            kwargs.pop(a.name) for a in self.info.op._schema.arguments if not a.kwarg_only
-        )
+        positional = tuple(kwargs.pop(name) for name in self.info.positional_names)
         return DirectCall(self.info.op, positional, kwargs, self.info.num_returns)
 
     def direct_value(self, hop_val: Any, n: int) -> Any:

@@ -100,6 +100,12 @@ _CHAIN_READS = 4096
 # In-place ops that only write their first argument (the epilogue of a functional graph).
 _OVERWRITE_OPS = frozenset({torch.ops.aten.copy_.default})
 
+# The address of a tensor's storage (what ``untyped_storage()._cdata`` is, without making a
+# storage object first); a torch without the binding reads it that way.
+_storage_address = getattr(torch._C, "_storage_address", None) or (
+    lambda t: t.untyped_storage()._cdata
+)
+
 
 @dataclasses.dataclass(slots=True)
 class _Read:
@@ -255,7 +261,7 @@ class AliasAnalysis:
         # and hashing a StorageWeakRef runs Python code on every lookup. A storage is named by
         # its address (``_cdata``, what a StorageWeakRef compares): every value of the graph is
         # alive while this walk runs, so no two storages share one.
-        key = self._ids.setdefault(val.untyped_storage()._cdata, len(self._ids))
+        key = self._ids.setdefault(_storage_address(val), len(self._ids))
         self.version[node] = key
         if key not in self.root:
             self.root[key] = node

@@ -29,6 +29,7 @@ from ..symbolic import (
     plain_fields,
 )
 from .copies import tag_emitted
+from .targets import per_target
 
 log = logging.getLogger("autofunc.passes.emit")
 
@@ -82,9 +83,17 @@ def emit(
     kwargs = kwargs or {}
     node = new_node(ctx.gm.graph, target, args, kwargs)
     if val is NO_VAL:
-        fake = fake_values((args, kwargs))
-        val = _view_val(ctx.fake_mode, target, fake[0]) if not kwargs else None
+        val = None
+        if not kwargs and target in _META_VIEWS:
+            fake = [
+                a.meta["val"]
+                if isinstance(a, fx.Node)
+                else fake_values(a) if isinstance(a, (list, tuple)) else a
+                for a in args
+            ]
+            val = _view_val(ctx.fake_mode, target, fake)
         if val is None:
+            fake = fake_values((args, kwargs))
             with ctx.fake_mode:
                 val = target(*fake[0], **fake[1])
     node.meta["val"] = val
@@ -104,7 +113,7 @@ def new_node(graph: fx.Graph, target: Any, args: tuple, kwargs: dict | None = No
     the uses exactly as the constructor does. The name FX derives from the target is computed
     once per target (the same name, made unique by the graph's namespace as before).
     """
-    node = graph.create_node("call_function", target, name=_name_of(graph, target))
+    node = graph.create_node("call_function", target, name=_name_of(target))
     if args:
         node.args = args
     if kwargs:
@@ -112,14 +121,10 @@ def new_node(graph: fx.Graph, target: Any, args: tuple, kwargs: dict | None = No
     return node
 
 
-_NAMES: dict[int, tuple[Any, str]] = {}  # id(target) -> (target, the name FX gives its nodes)
-
-
-def _name_of(graph: fx.Graph, target: Any) -> str:
-    known = _NAMES.get(id(target))
-    if known is None or known[0] is not target:
-        known = _NAMES[id(target)] = (target, graph._target_to_str(target))
-    return known[1]
+@per_target  # Note [Facts per target]
+def _name_of(target: Any) -> str:
+    """The name FX gives ``target``'s nodes (before a graph makes it unique)."""
+    return fx.Graph()._target_to_str(target)
 
 
 _META_VIEWS = frozenset(
@@ -134,8 +139,8 @@ _META_VIEWS = frozenset(
 )
 
 
-def _view_val(mode: FakeTensorMode, target: Any, args: tuple) -> FakeTensor | None:
-    """The fake value of a view op, computed by its meta kernel directly; ``None`` where that
+def _view_val(mode: FakeTensorMode, target: Any, args: list) -> FakeTensor | None:
+    """The fake value of a view op (one of ``_META_VIEWS``), computed by its meta kernel directly; ``None`` where that
     path does not apply (then the caller dispatches through the fake mode).
 
     Note [Fake values of emitted views]
@@ -155,7 +160,7 @@ def _view_val(mode: FakeTensorMode, target: Any, args: tuple) -> FakeTensor | No
     sizes, strides, offset, dtype, device and version counter).
     """
     base = args[0] if args else None
-    if target not in _META_VIEWS or type(base) is not FakeTensor or base.fake_mode is not mode:
+    if type(base) is not FakeTensor or base.fake_mode is not mode:
         return None
     try:
         with in_kernel_invocation_manager(mode), torch._C._AutoDispatchBelowADInplaceOrView():

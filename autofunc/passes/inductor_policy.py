@@ -26,6 +26,7 @@ from .inductor_repairs import REPAIRS_AFTER, REPAIRS_BEFORE
 from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
 from .policy import Policy
 from .rules import Query
+from .targets import per_target
 from .walks import view_walk
 
 __all__ = ["INDUCTOR", "InductorPolicy", "lazy_under_inductor"]
@@ -55,8 +56,13 @@ def lazy_under_inductor(reader: fx.Node) -> bool:
     target = reader.target
     if target is operator.getitem and isinstance(reader.args[0], fx.Node):
         return lazy_under_inductor(reader.args[0])
+    return reader.op == "call_function" and _lazy_target(target)
+
+
+@per_target  # Note [Facts per target]
+def _lazy_target(target: Any) -> bool:
     if not isinstance(target, torch._ops.OpOverload):
-        return False  # HOPs, getitem, output
+        return False  # HOPs, getitem
     return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS
 
 
