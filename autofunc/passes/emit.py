@@ -140,8 +140,9 @@ _META_VIEWS = frozenset(
 
 
 def _view_val(mode: FakeTensorMode, target: Any, args: list) -> FakeTensor | None:
-    """The fake value of a view op (one of ``_META_VIEWS``), computed by its meta kernel directly; ``None`` where that
-    path does not apply (then the caller dispatches through the fake mode).
+    """The fake value of a view op (one of ``_META_VIEWS``), computed by its meta kernel
+    directly; ``None`` where that path does not apply (then the caller dispatches through the
+    fake mode).
 
     Note [Fake values of emitted views]
     The pass emits a few view nodes per call (regenerated arguments, pinned layouts), and each
