@@ -36,6 +36,7 @@ from ..regions import (
 )
 from ..symbolic import known
 from ..views.geometry import as_int
+from .targets import per_target
 
 log = logging.getLogger("autofunc.passes.alias")
 
@@ -99,6 +100,21 @@ _CHAIN_READS = 4096
 
 # In-place ops that only write their first argument (the epilogue of a functional graph).
 _OVERWRITE_OPS = frozenset({torch.ops.aten.copy_.default})
+
+# How a node reads its tensor arguments (``_read_kind``): a view reads nothing (its reads are
+# its users'), ``copy_`` only its source, a scatter all of them (of its first input, not the
+# part it replaces: ``_mask``), any other node all of them.
+_READS_NOTHING, _READS_SOURCE, _SCATTERS, _READS_ALL = "view", "copy_", "scatter", "all"
+
+
+@per_target  # Note [Facts per target]
+def _read_kind(target: Any) -> str:
+    if target in VIEW_OPS:
+        return _READS_NOTHING
+    if target in _OVERWRITE_OPS:
+        return _READS_SOURCE
+    return _SCATTERS if target in SCATTER_VIEWS else _READS_ALL
+
 
 # The address of a tensor's storage (what ``untyped_storage()._cdata`` is, without making a
 # storage object first); a torch without the binding reads it that way.
@@ -225,9 +241,19 @@ class AliasAnalysis:
                 self._overwrites.setdefault(self.version[dst], []).append(
                     (self.position[node], src)
                 )
+        version, position = self.version, self.position
         for node in graph.nodes:
-            for arg in self._read_args(node):
-                self._record_read(node, arg)
+            kind = _read_kind(node.target) if node.op == "call_function" else _READS_ALL
+            if kind is _READS_NOTHING:
+                continue
+            args = node.all_input_nodes
+            if kind is _READS_SOURCE:
+                args = args[1:]  # copy_(dst, src) writes dst whole and reads only src
+            pos = position[node]
+            for arg in args:
+                key = version.get(arg)
+                if key is not None:
+                    self._record_read(node, arg, key, pos, kind is _SCATTERS)
         # When a lazily evaluated node is computed at the latest: where the first eager node
         # (or the output) needs it, through any chain of lazy users. One reverse walk; ``due``
         # holds that position for lazy nodes and -1 for eager ones (read where they stand).
@@ -269,20 +295,11 @@ class AliasAnalysis:
             self._members[key] = [key]
             self.reads[key] = []
 
-    def _read_args(self, node: fx.Node) -> Iterable[fx.Node]:
-        if node.op == "call_function" and node.target in VIEW_OPS:
-            return ()
-        args = node.all_input_nodes
-        if node.target in _OVERWRITE_OPS:
-            args = args[1:]  # copy_(dst, src) writes dst whole and reads only src
-        return [a for a in args if a in self.version]
-
     def _is_whole(self, node: fx.Node) -> bool:
         return same_geometry(node.meta["val"], self.root[self.version[node]].meta["val"])
 
-    def _record_read(self, node: fx.Node, arg: fx.Node) -> None:
-        key = self.version[arg]
-        pos = self.position[node]
+    def _record_read(self, node: fx.Node, arg: fx.Node, key: Any, pos: int, scatter: bool) -> None:
+        """``node`` (at ``pos``; a scatter, per ``scatter``) reads ``arg`` (of version ``key``)."""
         coarse = False
         overwrites = self._overwrites.get(key)
         copies = [(p, src) for p, src in overwrites if p < pos] if overwrites else None
@@ -291,7 +308,7 @@ class AliasAnalysis:
             root, src_root = self.root[key], self.root[self.version[src]]
             coarse = not same_geometry(root.meta["val"], src_root.meta["val"])
             key = self.version[src]
-        masked = not copies and node.target in SCATTER_VIEWS and node.args[0] is arg
+        masked = not copies and scatter and node.args[0] is arg
         read = _Read(pos, node, arg, coarse, masked=masked)
         self.reads[key].append(read)
         self._reads_by.setdefault(node, []).append(read)

@@ -159,17 +159,44 @@ def _view_val(mode: FakeTensorMode, target: Any, args: list) -> FakeTensor | Non
     and which ``FakeTensor`` drops anyway when it wraps the meta tensor (the value is a fresh
     tensor object over the base's fake storage either way, ``_is_view()`` false, with the same
     sizes, strides, offset, dtype, device and version counter).
+
+    Inside Inductor's compile the Python dispatcher is on, and it runs a view op through
+    Python: it looks for a Python kernel of the op (slice's meta kernel is one, a Python
+    decomposition written to decide symbolic sizes without guards) before the dispatcher's own.
+    Where the base's geometry and every other argument are plain ints (or ``None``, a dtype, a
+    list of ints: ``_plain_view``) the meta kernel runs with the Python dispatcher off: the
+    kernel that runs is then the C++ one eager runs on real tensors, whose geometry is by
+    definition the one the op has at run time, at about a third less cost per view. Anything
+    symbolic keeps the Python dispatcher, whose kernels decide it without a guard.
     """
     base = args[0] if args else None
     if type(base) is not FakeTensor or base.fake_mode is not mode:
         return None
     try:
         with in_kernel_invocation_manager(mode), torch._C._AutoDispatchBelowADInplaceOrView():
-            out = target(*args)
+            if _plain_view(base, args):
+                with torch._C._DisablePythonDispatcher():
+                    out = target(*args)
+            else:
+                out = target(*args)
         return FakeTensor(mode, out, base.device)
     except Exception:  # noqa: BLE001 - an API that moved, a check that needs the mode
         log.debug("%s: no meta view value, running its fake kernel", target, exc_info=True)
         return None
+
+
+def _plain_view(base: FakeTensor, args: list) -> bool:
+    """Whether a view of ``base`` with ``args`` involves no symbolic value (Note [Fake values
+    of emitted views])."""
+    if base._has_symbolic_sizes_strides or type(base.storage_offset()) is not int:
+        return False
+    for a in args[1:]:
+        if isinstance(a, (list, tuple)):
+            if not all(type(x) is int for x in a):
+                return False
+        elif not (a is None or type(a) is int or isinstance(a, torch.dtype)):
+            return False
+    return True
 
 
 class CloneKind(enum.Enum):

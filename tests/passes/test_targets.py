@@ -8,6 +8,7 @@ import operator
 
 import torch
 
+from autofunc.passes.alias import SCATTER_VIEWS, VIEW_OPS, _read_kind
 from autofunc.passes.emit import _name_of
 from autofunc.passes.inductor_policy import _lazy_target
 from autofunc.passes.targets import per_target
@@ -60,3 +61,13 @@ def test_the_pass_facts_agree_with_their_definitions():
     assert _lazy_target(aten.add.Tensor) is True
     assert _lazy_target(aten.mm.default) is False  # an extern kernel, run where it stands
     assert _lazy_target(operator.getitem) is False
+
+
+def test_how_a_node_reads_is_its_ops_table():
+    # the alias analysis's reads (Note [Facts per target]): a view reads nothing, copy_ its
+    # source, a scatter all (its first input around what it replaces), anything else all
+    aten = torch.ops.aten
+    assert {_read_kind(op) for op in VIEW_OPS} == {"view"}
+    assert {_read_kind(op) for op in SCATTER_VIEWS} == {"scatter"}
+    assert _read_kind(aten.copy_.default) == "copy_"
+    assert _read_kind(aten.add.Tensor) == _read_kind(aten.mm.default) == "all"
