@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import logging
 import operator
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ from ..errors import GraphError
 from ..symbolic import (
     Arith,
     copy_extent,
+    is_plain,
     is_symbolic,
     plain_fields,
 )
@@ -83,19 +85,13 @@ def emit(
     kwargs = kwargs or {}
     node = new_node(ctx.gm.graph, target, args, kwargs)
     if val is NO_VAL:
+        fake_args, fake_kwargs = fake_values((args, kwargs))
         val = None
         if not kwargs and target in _META_VIEWS:
-            fake = [
-                a.meta["val"]
-                if isinstance(a, fx.Node)
-                else fake_values(a) if isinstance(a, (list, tuple)) else a
-                for a in args
-            ]
-            val = _view_val(ctx.fake_mode, target, fake)
+            val = _view_val(ctx.fake_mode, target, fake_args)
         if val is None:
-            fake = fake_values((args, kwargs))
             with ctx.fake_mode:
-                val = target(*fake[0], **fake[1])
+                val = target(*fake_args, **fake_kwargs)
     node.meta["val"] = val
     tag_emitted(ctx, node)  # Note [Every copy in the report] in copies.py
     return node
@@ -139,7 +135,7 @@ _META_VIEWS = frozenset(
 )
 
 
-def _view_val(mode: FakeTensorMode, target: Any, args: list) -> FakeTensor | None:
+def _view_val(mode: FakeTensorMode, target: Any, args: tuple) -> FakeTensor | None:
     """The fake value of a view op (one of ``_META_VIEWS``), computed by its meta kernel
     directly; ``None`` where that path does not apply (then the caller dispatches through the
     fake mode).
@@ -185,18 +181,14 @@ def _view_val(mode: FakeTensorMode, target: Any, args: list) -> FakeTensor | Non
         return None
 
 
-def _plain_view(base: FakeTensor, args: list) -> bool:
-    """Whether a view of ``base`` with ``args`` involves no symbolic value (Note [Fake values
-    of emitted views])."""
+def _plain_view(base: FakeTensor, args: Sequence) -> bool:
+    """Whether a view of ``base`` with ``args`` (``base`` first) involves no symbolic value
+    (Note [Fake values of emitted views])."""
     if base._has_symbolic_sizes_strides or type(base.storage_offset()) is not int:
         return False
-    for a in args[1:]:
-        if isinstance(a, (list, tuple)):
-            if not all(type(x) is int for x in a):
-                return False
-        elif not (a is None or type(a) is int or isinstance(a, torch.dtype)):
-            return False
-    return True
+    return all(
+        a is None or is_plain(tuple(a) if isinstance(a, list) else a) for a in args[1:]
+    )
 
 
 class CloneKind(enum.Enum):

@@ -5,9 +5,9 @@ The pass asks questions of every node's target that only the target decides: is 
 Inductor may evaluate late, what name does FX give its nodes. An ``OpOverload`` answers in
 Python (its ``__hash__``, ``namespace`` and ``tags`` run Python code), and the pass asks for
 each node, sometimes several times. :func:`per_target` keeps each answer per target object,
-keyed by its ``id`` and checked by identity: the table holds the target, so no other object
-can take its ``id`` while the entry lives, and an op defined again (a reloaded library) is a
-new object, asked afresh. Targets are ops and functions, a bounded set per process; call
+keyed by its ``id``: the table also holds the target, so no other object can take that ``id``
+while the entry lives, and an op defined again (a reloaded library) is a new object, asked
+afresh. Targets are ops and functions, a bounded set per process; call
 ``per_target`` only on a call node's target (a placeholder's target is its name).
 """
 
@@ -29,7 +29,7 @@ def per_target(fn: Callable[[Any], T]) -> Callable[[Any], T]:
     @functools.wraps(fn)
     def lookup(target: Any) -> T:
         known = memo.get(id(target))
-        if known is None or known[0] is not target:
+        if known is None:  # holding the target keeps its id from being reused
             known = memo[id(target)] = (target, fn(target))
         return known[1]
 
