@@ -28,6 +28,19 @@ lacks that table (another implementation), or other imports have not ended after
 :data:`WAIT_LIMIT_S`, it imports as plain Python would: never a hang, at worst the old race.
 ``tests/test_startup_race.py`` races a registration against a first compile in fresh
 processes.
+
+Note [State another thread is half-way through building]
+Holding the global import lock stops every other thread at its next import, wherever it is:
+possibly half-way through building some lazily made state whose building imports a module.
+What the compiler's modules read of such state must therefore be complete before the lock is
+taken. One case bites: ``sysconfig``'s configuration variables. ``get_config_vars()`` fills its
+dictionary in place and imports ``_sysconfigdata_*`` in the middle; Triton's ``knobs`` (imported
+by Dynamo) reads ``get_config_var("EXE")`` while being imported. On Python 3.10-3.11 a thread
+stopped half-way leaves a dictionary without that key (``TypeError: can only concatenate str
+(not "NoneType") to str`` in ``knobs``, once in 20 runs of the race test in CI); on 3.12+ it
+holds sysconfig's lock, so the import would wait for it forever. :func:`_settle_shared_state`
+therefore reads the variables first, without the import lock, and waits (up to
+:data:`WAIT_LIMIT_S`) until another thread's reading of them has ended.
 """
 
 from __future__ import annotations
@@ -81,6 +94,7 @@ def _imports_of_this_thread_only() -> Iterator[None]:
         return
     me = threading.get_ident()
     deadline = time.monotonic() + WAIT_LIMIT_S
+    _settle_shared_state(deadline)
     while True:
         _imp.acquire_lock()
         try:
@@ -95,6 +109,18 @@ def _imports_of_this_thread_only() -> Iterator[None]:
         yield
     finally:
         _imp.release_lock()
+
+
+def _settle_shared_state(deadline: float) -> None:
+    """Have state that the compiler's modules read at import complete before the import lock
+    is taken (Note [State another thread is half-way through building])."""
+    import sysconfig
+
+    # 3.12+: waits on sysconfig's lock for another thread's reading. 3.10-3.11: returns the
+    # dictionary as far as another thread has filled it; its last key marks the end.
+    config = sysconfig.get_config_vars()
+    while "srcdir" not in config and time.monotonic() < deadline:
+        time.sleep(0.002)
 
 
 def _others_importing(locks: dict, blocking: dict, me: int) -> bool:

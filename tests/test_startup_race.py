@@ -141,3 +141,49 @@ def test_import_compiler_does_not_wait_for_a_thread_waiting_for_it(tmp_path, mon
         sys.modules["af_outer_module"].t.join(30)
         sys.modules.pop("af_outer_module", None)
         del builtins._af_inside
+
+
+def test_state_another_thread_is_half_way_through_building_is_finished_first(tmp_path):
+    # Another thread is half-way through reading sysconfig's variables (stopped before the
+    # import in the middle of it) when the compiler's import starts; a module imported then
+    # reads a variable set after that import. It must see the value, not a half-filled
+    # dictionary (3.10-3.11) or wait forever (3.12+). Note [State another thread is half-way
+    # through building] in autofunc/compiler_imports.py.
+    (tmp_path / "af_reads_sysconfig.py").write_text(
+        "import sysconfig\nEXE = sysconfig.get_config_var('EXE')\n"
+    )
+    code = textwrap.dedent(
+        """
+        import sys, sysconfig, threading
+        from autofunc import compiler_imports
+
+        expected = sysconfig.get_config_var("EXE")
+        assert expected is not None
+        sysconfig._CONFIG_VARS = None
+        if hasattr(sysconfig, "_CONFIG_VARS_INITIALIZED"):
+            sysconfig._CONFIG_VARS_INITIALIZED = False
+        entered, release = threading.Event(), threading.Event()
+        original = sysconfig._init_posix
+
+        def half_way(config):
+            entered.set()
+            release.wait(30)
+            original(config)
+
+        sysconfig._init_posix = half_way
+        reader = threading.Thread(target=sysconfig.get_config_vars)
+        reader.start()
+        assert entered.wait(30)
+        threading.Timer(0.3, release.set).start()
+        compiler_imports.ENTRY_MODULES = ("af_reads_sysconfig",)
+        compiler_imports.import_compiler()
+        reader.join(30)
+        import af_reads_sysconfig
+        print(af_reads_sysconfig.EXE == expected)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(HERE.parent)]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
