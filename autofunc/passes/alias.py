@@ -40,7 +40,7 @@ from .targets import per_target
 
 log = logging.getLogger("autofunc.passes.alias")
 
-__all__ = ["AliasAnalysis", "VIEW_OPS", "SCATTER_VIEWS"]
+__all__ = ["AliasAnalysis", "VIEW_OPS", "SCATTER_VIEWS", "storage_address"]
 
 # Ops whose output aliases their first input and which read nothing themselves.
 VIEW_OPS = frozenset(
@@ -118,7 +118,7 @@ def _read_kind(target: Any) -> str:
 
 # The address of a tensor's storage (what ``untyped_storage()._cdata`` is, without making a
 # storage object first); a torch without the binding reads it that way.
-_storage_address = getattr(torch._C, "_storage_address", None) or (
+storage_address = getattr(torch._C, "_storage_address", None) or (
     lambda t: t.untyped_storage()._cdata
 )
 
@@ -287,7 +287,7 @@ class AliasAnalysis:
         # and hashing a StorageWeakRef runs Python code on every lookup. A storage is named by
         # its address (``_cdata``, what a StorageWeakRef compares): every value of the graph is
         # alive while this walk runs, so no two storages share one.
-        key = self._ids.setdefault(_storage_address(val), len(self._ids))
+        key = self._ids.setdefault(storage_address(val), len(self._ids))
         self.version[node] = key
         if key not in self.root:
             self.root[key] = node

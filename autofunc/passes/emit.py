@@ -43,6 +43,7 @@ __all__ = [
     "emit_clone",
     "emit_view",
     "fake_mode_of",
+    "fake_value",
     "fake_values",
     "geometry_of",
     "getitem_of",
@@ -84,17 +85,22 @@ def emit(
     knows it, else computed by running ``target`` on fake values."""
     kwargs = kwargs or {}
     node = new_node(ctx.gm.graph, target, args, kwargs)
-    if val is NO_VAL:
-        fake_args, fake_kwargs = fake_values((args, kwargs))
-        val = None
-        if not kwargs and target in _META_VIEWS:
-            val = _view_val(ctx.fake_mode, target, fake_args)
-        if val is None:
-            with ctx.fake_mode:
-                val = target(*fake_args, **fake_kwargs)
-    node.meta["val"] = val
+    node.meta["val"] = fake_value(ctx.fake_mode, target, args, kwargs) if val is NO_VAL else val
     tag_emitted(ctx, node)  # Note [Every copy in the report] in copies.py
     return node
+
+
+def fake_value(mode: FakeTensorMode, target: Any, args: tuple, kwargs: dict) -> Any:
+    """The fake value of ``target(*args, **kwargs)`` (arguments: nodes and constants), computed
+    in ``mode``: a view's by its meta kernel (Note [Fake values of emitted views]), anything
+    else's through the fake mode's dispatch."""
+    fake_args, fake_kwargs = fake_values((args, kwargs))
+    if not kwargs and target in _META_VIEWS:
+        val = _view_val(mode, target, fake_args)
+        if val is not None:
+            return val
+    with mode:
+        return target(*fake_args, **fake_kwargs)
 
 
 def new_node(graph: fx.Graph, target: Any, args: tuple, kwargs: dict | None = None) -> fx.Node:

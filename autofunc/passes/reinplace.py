@@ -9,6 +9,9 @@ the decisions are made by querying :class:`~autofunc.passes.alias.AliasAnalysis`
 Note [Pipeline]
 The pass runs these steps, in this order; the modules cite them by number.
 
+0. Views whose fake value lost its base's storage get a value computed from their base
+   (``stale_views.py``, Note [Views of a removed copy]): the facts read memory off fake
+   storages.
 1. Repairs before: the ``repairs_before()`` of the :class:`~autofunc.passes.policy.Policy`
    given, graph rewrites that work around the backend's lowering and that the facts must see.
    ``GENERIC`` has none; ``INDUCTOR``'s (``inductor_policy.py``) are in
@@ -103,6 +106,7 @@ from .policy import GENERIC, Policy
 from .report import CallReport, Decision, Reason, Report
 from .rules import RULES, Query, Rule, decide
 from .scatters import fold_scatters
+from .stale_views import refresh_stale_views
 
 __all__ = ["RULES", "Plan", "Rule", "apply_plan", "plan_buffer", "reinplace"]
 
@@ -202,6 +206,15 @@ def _reinplace(
         report.copies = account_copies(gm.graph)  # all the program's own
         return report
     _check_vals(hops)
+    fake_mode = _fake_mode(gm.graph, hops)
+    stale = refresh_stale_views(gm.graph, fake_mode)  # step 0
+    if stale and enable:
+        log.warning(
+            "autofunc.reinplace: the fake values of %s do not follow their bases and could not "
+            "be recomputed (Note [Views of a removed copy]); every buffer of this graph is "
+            "copied", ", ".join(n.name for n in stale[:5]),
+        )
+        enable = False
     repairs = policy.repairs_before()
     if repairs:
         before = copy_node_set(gm.graph)
@@ -215,7 +228,7 @@ def _reinplace(
         analysis=AliasAnalysis(gm.graph, lazy_reader=policy.lazy_reader),
         epilogue=epilogue_copies(gm.graph),
         outputs=output_nodes(out, regenerated),
-        fake_mode=fake_mode_of([n.meta.get("val") for n in gm.graph.nodes]),
+        fake_mode=fake_mode,
         enable=enable,
         training=not is_inference,
         policy=policy,
@@ -443,6 +456,15 @@ def _emit_call(
         call.meta["eager_input_vals"] = fake_values((direct.args, direct.kwargs))
     ctx.policy.declare_writes(ctx, written, call, n)
     return call, (None if n == 1 and not m.returns_tuple else n)
+
+
+def _fake_mode(graph: fx.Graph, hops: list[fx.Node]) -> Any:
+    """The graph's fake mode, read off the calls' inputs (every graph value has the one mode;
+    the whole graph is read only where those hold no fake tensor)."""
+    vals = [a.meta.get("val") for hop in hops for a in hop.all_input_nodes]
+    if not any(isinstance(v, FakeTensor) for v in vals):
+        vals = [n.meta.get("val") for n in graph.nodes]
+    return fake_mode_of(vals)
 
 
 def _check_vals(hops: list[fx.Node]) -> None:

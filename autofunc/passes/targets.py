@@ -23,7 +23,9 @@ T = TypeVar("T")
 
 
 def per_target(fn: Callable[[Any], T]) -> Callable[[Any], T]:
-    """``fn`` (a pure function of a target) answered once per target object."""
+    """``fn`` (a pure function of a target) answered once per target object. The wrapper's
+    ``memo`` (``id(target) -> (target, answer)``) lets a loop over every node of a graph read a
+    known answer without a call."""
     memo: dict[int, tuple[Any, T]] = {}
 
     @functools.wraps(fn)
@@ -33,4 +35,5 @@ def per_target(fn: Callable[[Any], T]) -> Callable[[Any], T]:
             known = memo[id(target)] = (target, fn(target))
         return known[1]
 
+    lookup.memo = memo  # type: ignore[attr-defined] - for a hot loop: ``memo.get(id(t))``
     return lookup
