@@ -207,7 +207,7 @@ def _reinplace(
         return report
     _check_vals(hops)
     fake_mode = _fake_mode(gm.graph, hops)
-    stale = refresh_stale_views(gm.graph, fake_mode)  # step 0
+    stale = refresh_stale_views(gm.graph)  # step 0
     if stale and enable:
         log.warning(
             "autofunc.reinplace: the fake values of %s do not follow their bases and could not "

@@ -1,13 +1,14 @@
 """Views whose fake value lost its base's storage, given a value computed from their base before
 the pass reads memory off fake storages (step 0 of Note [Pipeline] in reinplace.py).
 
-``refresh_stale_views(graph, mode)`` walks ``graph`` once, in order. For every view node (an op
-whose schema says its output aliases its input, or one of ``alias.VIEW_OPS``) whose fake value
-does not live in its base's fake storage, it computes the value again from the base's value
-(``emit.fake_value``, as for the pass's own views) and puts it in ``meta["val"]``; an element
-of a multi-output view (``getitem`` of a ``split``) follows its tuple. It returns the nodes it
-could not recompute (an empty list in every graph seen); the caller then writes nothing in
-place. Nothing else changes: no node is added, removed or rewired.
+``refresh_stale_views(graph)`` walks ``graph`` once, in order. For every view node (an op whose
+schema says its output aliases its input, or one of ``alias.VIEW_OPS``) whose fake value does
+not live in its base's fake storage, it computes the value again from the base's value, in the
+base's fake mode (``emit.fake_value``, as for the pass's own views), and puts it in
+``meta["val"]``; an element of a multi-output view (``getitem`` of a ``split``) follows its
+tuple. It returns the nodes it could not recompute (an empty list in every graph seen); the
+caller then writes nothing in place. Nothing else changes: no node is added, removed or
+rewired.
 
 Note [Views of a removed copy]
 The pass knows which nodes share memory only from their fake values: two values in one fake
@@ -26,7 +27,8 @@ order, so a view of a view compares with its base's new value. A stale value can
 wrong in geometry, not only in storage: a clone has offset 0 where its source may not, and
 views of the source are offset accordingly; the recomputed value has the source's geometry.
 Ops that return an alias of a written argument (``copy_``) are left as they are: their values
-are never a buffer the pass writes.
+are never a buffer the pass writes. Only views of fake values are recomputed; a view of a constant
+held as a real tensor is left as it was.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor
 
 from ..symbolic import known
 from .alias import VIEW_OPS, storage_address
@@ -49,7 +51,7 @@ __all__ = ["refresh_stale_views"]
 log = logging.getLogger("autofunc.passes.stale_views")
 
 
-def refresh_stale_views(graph: fx.Graph, mode: FakeTensorMode) -> list[fx.Node]:
+def refresh_stale_views(graph: fx.Graph) -> list[fx.Node]:
     """Recompute the fake value of every view in ``graph`` that does not live in its base's fake
     storage (module docstring); the nodes whose value could not be recomputed.
 
@@ -77,15 +79,15 @@ def refresh_stale_views(graph: fx.Graph, mode: FakeTensorMode) -> list[fx.Node]:
                 node.meta["val"] = base.meta["val"][args[1]]
             continue
         base_val, val = base.meta.get("val"), node.meta.get("val")
-        if type(base_val) is not FakeTensor and not isinstance(base_val, torch.Tensor):
-            continue
+        if type(base_val) is not FakeTensor:
+            continue  # a real constant, a value of no tensor: not the pass's to recompute
         first = val[0] if isinstance(val, (tuple, list)) and val else val
-        if type(first) is not FakeTensor and not isinstance(first, torch.Tensor):
+        if type(first) is not FakeTensor:
             continue
         if storage_address(first) == storage_address(base_val):
             continue
         try:
-            new = fake_value(mode, target, args, node.kwargs)
+            new = fake_value(base_val.fake_mode, target, args, node.kwargs)
         except Exception:  # noqa: BLE001 - any failure: the caller writes nothing in place
             log.debug("%s: no fake value from its base", node.name, exc_info=True)
             failed.append(node)

@@ -117,7 +117,7 @@ def test_refresh_recomputes_only_stale_views():
         fresh.meta["val"] = xv.select(0, 1)
         stale.meta["val"] = cv[1:3]  # computed over another storage
     kept = fresh.meta["val"]
-    assert stale_views.refresh_stale_views(g, mode) == []
+    assert stale_views.refresh_stale_views(g) == []
     assert fresh.meta["val"] is kept
     new = stale.meta["val"]
     assert new.untyped_storage()._cdata == xv.untyped_storage()._cdata
