@@ -27,8 +27,8 @@ order, so a view of a view compares with its base's new value. A stale value can
 wrong in geometry, not only in storage: a clone has offset 0 where its source may not, and
 views of the source are offset accordingly; the recomputed value has the source's geometry.
 Ops that return an alias of a written argument (``copy_``) are left as they are: their values
-are never a buffer the pass writes. Only views of fake values are recomputed; a view of a constant
-held as a real tensor is left as it was.
+are never a buffer the pass writes. Only views of fake values are recomputed; a view of a
+constant held as a real tensor is left as it was.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ then run on real data) and through Inductor in a ``torch.cond`` branch, where it
 
 from __future__ import annotations
 
+import contextlib
+
 import expecttest
 import pytest
 import torch
@@ -21,13 +23,21 @@ def add_(x: torch.Tensor, y: torch.Tensor) -> None:
     x.add_(y)
 
 
+@contextlib.contextmanager
+def _registered(strategy: str):
+    reg = autofunc.register(add_, strategy=strategy)
+    torch._dynamo.reset()
+    try:
+        yield strategy
+    finally:
+        reg.remove()
+        torch._dynamo.reset()
+
+
 @pytest.fixture(params=["v1", "v2"])
 def strategy(request):
-    reg = autofunc.register(add_, strategy=request.param)
-    torch._dynamo.reset()
-    yield request.param
-    reg.remove()
-    torch._dynamo.reset()
+    with _registered(request.param):
+        yield request.param
 
 
 def _views_of_removed_copies(gm: torch.fx.GraphModule) -> None:
@@ -82,13 +92,8 @@ def test_elements_of_a_multi_output_view_follow_it(strategy):
 
 class TestSnapshot(expecttest.TestCase):
     def test_v1_copies_the_row_of_the_graph_input(self):
-        reg = autofunc.register(add_, strategy="v1")
-        try:
-            torch._dynamo.reset()
+        with _registered("v1"):
             captured = _capture(row_of_a_copy, torch.randn(4, 4))
-        finally:
-            reg.remove()
-            torch._dynamo.reset()
         # Before the fix: add_(select(arg0_1, 0, 0), ...) wrote the graph input.
         self.assertExpectedInline(captured.reinplaced[0], """\
 def forward(self, arg0_1):
@@ -129,14 +134,9 @@ def fails(*args, **kwargs):
 
 
 def test_a_view_that_cannot_be_recomputed_leaves_every_buffer_copied(monkeypatch):
-    reg = autofunc.register(add_, strategy="v1")  # v1: the op takes the stale view itself
     monkeypatch.setattr(stale_views, "fake_value", fails)
-    try:
-        torch._dynamo.reset()
+    with _registered("v1"):  # v1: the op takes the stale view itself
         captured = _capture(row_of_a_copy, torch.randn(4, 4))
-    finally:
-        reg.remove()
-        torch._dynamo.reset()
     assert [d.reason for d in captured.report.decisions] == [autofunc.Reason.DISABLED]
 
 
