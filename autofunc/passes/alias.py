@@ -206,7 +206,13 @@ class AliasAnalysis:
         reads: per version, the reads of it in graph order.
     """
 
-    def __init__(self, graph: fx.Graph, lazy_reader: Any = None):
+    def __init__(
+        self,
+        graph: fx.Graph,
+        lazy_reader: Any = None,
+        realizer: Any = None,
+        realizer_targets: tuple = (),
+    ):
         self.position: dict[fx.Node, int] = {}
         self.version: dict[fx.Node, Any] = {}
         self.root: dict[Any, fx.Node] = {}
@@ -257,20 +263,43 @@ class AliasAnalysis:
         # When a lazily evaluated node is computed at the latest: where the first eager node
         # (or the output) needs it, through any chain of lazy users. One reverse walk; ``due``
         # holds that position for lazy nodes and -1 for eager ones (read where they stand).
+        # Note [Values computed where they are taken]: a user that makes the backend compute
+        # the node into a buffer of its own (``realizer``) bounds that position.
         due: dict[fx.Node, int] = {}
         position = self.position
+        self._realizer = realizer
+        self._realizer_ids = {id(t) for t in realizer_targets} if realizer is not None else ()
+        taken_at: dict[fx.Node, int] = {}  # node -> first user that computes it (the Note)
+        for target in realizer_targets:
+            for u in graph.find_nodes(op="call_function", target=target):
+                if not u.users:
+                    continue  # a later dead-code pass may drop it before the backend runs it
+                for n in u.all_input_nodes:
+                    if realizer(u, n) and position[u] < taken_at.get(n, position[u] + 1):
+                        taken_at[n] = position[u]
         for n in reversed(graph.nodes):
             if lazy_reader is not None and not lazy_reader(n):
                 due[n] = -1
                 continue
             at = position[n]
-            for u in n.users:
-                later = due[u]
-                if later < 0:
-                    later = position[u]
-                if later > at:
-                    at = later
+            taken = taken_at.get(n) if taken_at else None
+            if taken is None:
+                for u in n.users:
+                    later = due[u]
+                    if later < 0:
+                        later = position[u]
+                    if later > at:
+                        at = later
+            else:  # a user lowered after ``taken`` reads the node's buffer
+                at = taken
+                for u in n.users:
+                    later = due[u]
+                    if later < 0:
+                        later = position[u]
+                    if later > at and position[u] < taken:
+                        at = later
             due[n] = at
+        self._due = due
         for reads in self.reads.values():
             for r in reads:
                 r.live_until = due[r.node]
@@ -629,6 +658,53 @@ class AliasAnalysis:
             live[a] = keep
         self._parent[b] = a
         self._members[a].extend(self._members.pop(b))
+
+    def computed_where_taken(self, base: fx.Node, pos: int) -> None:
+        """Record what the rewrite of the call at ``pos`` makes the backend compute for the
+        buffer ``base`` it writes in place (as the op takes it): on the chain of views down from
+        ``base``, a lazy value a node takes in a way the ``realizer`` names (a pin,
+        ``as_strided(x)``, emitted before the call) is computed into a buffer of its own by
+        ``pos``, so its reads end there (Note [Values computed where they are taken]).
+        Lifetimes only shrink, and never below ``pos``: no answer given before changes, and a
+        later buffer of the same call sees the value computed before it. Nodes of the graph the
+        analysis was built on were counted then."""
+        ids = self._realizer_ids
+        if not ids:
+            return
+        n = base
+        while n.op == "call_function" and n.args and isinstance(n.args[0], fx.Node):
+            if id(n.target) in ids and self._realizer(n, n.args[0]):
+                self._computed_by(n.args[0], pos)
+            if _read_kind(n.target) is not _READS_NOTHING:
+                return
+            n = n.args[0]
+
+    def _computed_by(self, node: fx.Node, pos: int) -> None:
+        """``node`` is computed into a buffer of its own by ``pos``: its value is needed no
+        later than ``pos`` or than a user lowered before ``pos`` that computes it inline."""
+        due = self._due.get(node, -1)
+        if due <= pos:
+            return  # eager, or computed by then anyway
+        at = max(self.position[node], pos)
+        for u in node.users:
+            p = self.position.get(u)
+            # A node the pass emitted sits before the call it was emitted for, this one or an
+            # earlier one, and is taken there (a view of an argument, a pin) or computed there
+            # (a clone of a buffer, a value computed before the call): by ``pos`` either way.
+            if p is None or p >= pos:
+                continue
+            later = self._due.get(u, -1)
+            at = max(at, p if later < 0 else later)
+        if at < due:
+            self._due[node] = at
+            for r in self._reads_by.get(node, ()):
+                r.live_until = min(r.live_until, at)
+
+    def computed_before(self, node: fx.Node, pos: int) -> bool:
+        """Whether the analysis knows ``node``, lazy, to be computed before position ``pos``
+        (Note [Values computed where they are taken])."""
+        due = self._due.get(node, -1)
+        return 0 <= due < pos
 
     def reads_before_used_after(
         self, node: fx.Node, buffer: fx.Node, written: list[Region]

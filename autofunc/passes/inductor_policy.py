@@ -29,7 +29,7 @@ from .rules import Query
 from .targets import per_target
 from .walks import view_walk
 
-__all__ = ["INDUCTOR", "InductorPolicy", "lazy_under_inductor"]
+__all__ = ["INDUCTOR", "InductorPolicy", "computed_where_taken", "lazy_under_inductor"]
 
 _aten = torch.ops.aten
 
@@ -66,6 +66,48 @@ def _lazy_target(target: Any) -> bool:
     return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS
 
 
+def computed_where_taken(user: fx.Node, node: fx.Node) -> bool:
+    """Whether Inductor, where it lowers ``user``, has computed the lazy ``node`` into a buffer
+    of its own at the latest (so that users lowered after it read that buffer).
+
+    Note [Values computed where they are taken]
+    Inductor evaluates a pointwise node where its value is first needed (Note [Lazy reads
+    under Inductor]), but an input of ``as_strided`` it computes at once: the graph lowering
+    fixes the exact strides of a node one of whose users is an ``as_strided`` where it lowers
+    that node, so the value every later user reads is a buffer, and the lowering of
+    ``as_strided`` realizes its input again. The pass's pins (``pin_layout``, Note [A written
+    view of an unrealized buffer]) are such nodes. Users lowered before the ``as_strided``
+    count as computing the node inline all the same (a bound, never relied on to be tight), so
+    the alias analysis ends the node's reads at the ``as_strided`` only for the users after it
+    (``AliasAnalysis``'s walk, and ``computed_where_taken`` for the calls the pass emits). A
+    read the rule "lazy read under Inductor" would copy for is then known to happen before a
+    later call: ``buf = state * 2; op(buf[1:3]); op(state); return buf`` under v1, where the
+    pin of ``buf`` for the first call computes it before the second call writes ``state``
+    (autofunc copied ``state``, 4 bytes more than PyTorch's built-in v1).
+
+    An extern kernel taking the node proves nothing: a custom op with a layout constraint
+    (every op with ``eager_input_vals``, the pass's direct calls among them) gets a copy of a
+    lazy input with the exact strides, computed where the op is lowered, and the node itself
+    stays lazy (``y = x * 2; s = op(y); op2(x); return y * 3`` read ``x`` after ``op2``).
+    Neither does a view of the node passed to ``as_strided``: Inductor may compute the view's
+    elements into a buffer of their own and leave the node lazy.
+    """
+    return (
+        user.target is _aten.as_strided.default
+        and user.args[0] is node
+        and node.op == "call_function"
+        and _own_value(node.target)
+    )
+
+
+@per_target  # Note [Facts per target]
+def _own_value(target: Any) -> bool:
+    """Whether a lazy node of ``target`` is a value of its own, not a view of another."""
+    if not isinstance(target, torch._ops.OpOverload) or target in VIEW_OPS:
+        return False
+    return not any(r.alias_info is not None for r in target._schema.returns)
+
+
 class InductorPolicy(Policy):
     """What Inductor does that the pass must respect (each answer names its Note)."""
 
@@ -75,6 +117,11 @@ class InductorPolicy(Policy):
     scatters_must_fold: ClassVar[bool] = True  # Note [Views of graph inputs]
     # Note [Lazy reads under Inductor]
     lazy_reader: ClassVar[Callable[[fx.Node], bool] | None] = staticmethod(lazy_under_inductor)
+    # Note [Values computed where they are taken]
+    realizer: ClassVar[Callable[[fx.Node, fx.Node], bool] | None] = staticmethod(
+        computed_where_taken
+    )
+    realizer_targets: ClassVar[tuple[Any, ...]] = (_aten.as_strided.default,)
 
     def repairs_before(self) -> Sequence[Callable[[fx.Graph], Any]]:
         return REPAIRS_BEFORE
@@ -87,8 +134,15 @@ class InductorPolicy(Policy):
 
     def plan_realization(self, q: Query, readers: list[fx.Node]) -> Realization | None:
         return plan_realization(
-            q.node, readers, q.ctx.outputs, lazy_under_inductor, written_here=q.written_here
+            q.node, readers, q.ctx.outputs, self._pending(q), written_here=q.written_here
         )
+
+    @staticmethod
+    def _pending(q: Query) -> Callable[[fx.Node], bool]:
+        """Lazy nodes not known to be computed before the call (Note [Values computed where
+        they are taken]): the frontier does not run through one that is."""
+        analysis, pos = q.ctx.analysis, q.ctx.analysis.position[q.node]
+        return lambda n: lazy_under_inductor(n) and not analysis.computed_before(n, pos)
 
     def plan_move_back(
         self, q: Query, later: list[fx.Node], readers: list[fx.Node]
@@ -96,9 +150,7 @@ class InductorPolicy(Policy):
         # the reads an earlier rule's condition covers count as reads before the call
         moved = q.provided.readers if q.provided is not None else ()
         earlier = [*moved, *(r for r in readers if r < q.node and lazy_under_inductor(r))]
-        return plan_hoist(
-            q.node, later, earlier, q.ctx.outputs, lazy_under_inductor, q.written_here
-        )
+        return plan_hoist(q.node, later, earlier, q.ctx.outputs, self._pending(q), q.written_here)
 
     def realize(self, ctx: Pass, call: fx.Node, plan: Realization) -> None:
         realize_before(ctx, call, plan)

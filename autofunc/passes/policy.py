@@ -57,6 +57,11 @@ class Policy:
     # made after them is visible to them (rule "lazy read under Inductor"); ``None``: every
     # node runs where it stands, that rule never objects and nothing is realized.
     lazy_reader: ClassVar[Callable[[fx.Node], bool] | None] = None
+    # ``realizer(user, node)``: whether the backend, where it evaluates ``user``, computes the
+    # lazy ``node`` into a buffer of its own at the latest (Note [Values computed where they
+    # are taken] in inductor_policy.py); ``None``: no such knowledge, nothing is bounded.
+    realizer: ClassVar[Callable[[fx.Node, fx.Node], bool] | None] = None
+    realizer_targets: ClassVar[tuple[Any, ...]] = ()  # the targets ``realizer`` can hold for
 
     def __str__(self) -> str:
         return self.name

@@ -225,7 +225,12 @@ def _reinplace(
     regenerated = outputs_regenerated_from_inputs(out)
     ctx = Pass(
         gm=gm,
-        analysis=AliasAnalysis(gm.graph, lazy_reader=policy.lazy_reader),
+        analysis=AliasAnalysis(
+            gm.graph,
+            lazy_reader=policy.lazy_reader,
+            realizer=policy.realizer,
+            realizer_targets=policy.realizer_targets,
+        ),
         epilogue=epilogue_copies(gm.graph),
         outputs=output_nodes(out, regenerated),
         fake_mode=fake_mode,
@@ -407,6 +412,10 @@ def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> 
         # after the fold: the scatters of the next buffers still start from the root (Note
         # [A written view of an unrealized buffer] in inductor_policy.py)
         ctx.policy.pin_root(ctx, buf)
+    if plan.inplace:
+        # what its pins make the backend compute before the call (Note [Values computed where
+        # they are taken] in inductor_policy.py)
+        analysis.computed_where_taken(base, analysis.position[node])
     return base
 
 

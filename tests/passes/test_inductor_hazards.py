@@ -703,6 +703,86 @@ def test_realization_plan_is_the_frontier_and_its_cost():
     assert returned.nbytes == 0
 
 
+# -- values Inductor computes where they are taken (Note [Values computed where they are
+# taken]): a read of them is no lazy read for a later call ----------------------------------
+
+
+@torch.library.custom_op("autofunc_hazards::doubled_sum", mutates_args=())
+def doubled_sum(x: torch.Tensor) -> torch.Tensor:
+    return x.sum() * 2
+
+
+@doubled_sum.register_fake
+def _(x):
+    return x.new_empty(())
+
+
+def pinned_for_a_call_then_source_written(state, y):
+    buf = state * 2  # lazy; the pin for the first call's view computes it there
+    add_row(buf[1:3], y)
+    add_row(state, y)  # writes what buf was computed from
+    return buf
+
+
+def pinned_by_the_program_then_source_written(state, y):
+    buf = state * 2  # lazy; the program's as_strided of it computes it there
+    s = doubled_sum(buf.as_strided((2, 2), (5, 1), 6))  # (keeps it before the call)
+    add_row(state, y)
+    return buf * 3, s
+
+
+def taken_by_an_op_then_source_written(state, y):
+    buf = state * 2  # the op gets a copy of it with exact strides: buf itself stays lazy
+    s = doubled_sum(buf)
+    add_row(state, y)
+    return buf * 3, s
+
+
+def view_pinned_then_source_written(state, y):
+    buf = state * 2  # as_strided of a view of it proves nothing either
+    w = buf[1:3].as_strided((2, 2), (5, 1), 6)
+    add_row(state, y)
+    return buf * 3, w + 1
+
+
+@pytest.mark.parametrize(
+    "fn, calls",
+    [(pinned_for_a_call_then_source_written, 2), (pinned_by_the_program_then_source_written, 1)],
+)
+def test_a_value_computed_where_it_is_taken_is_no_lazy_read(row_strategy, fn, calls):
+    decisions = _row_reports(fn, torch.randn(6, 5), torch.randn(5))
+    assert len(decisions) == calls and all(d.inplace for d in decisions), decisions
+    # nothing computed before the call that writes state: the as_strided computed buf
+    assert not any("computed before the call" in d.detail for d in decisions), decisions
+
+
+@pytest.mark.parametrize(
+    "fn", [taken_by_an_op_then_source_written, view_pinned_then_source_written]
+)
+def test_a_value_an_op_or_a_view_takes_stays_lazy(row_strategy, fn):
+    # a wrong result if the second call wrote state in place with nothing computed first
+    (d,) = _row_reports(fn, torch.randn(6, 5), torch.randn(5))
+    assert not d.inplace or "computed before the call" in d.detail, d.explain()
+
+
+def test_only_a_value_as_strided_takes_is_computed_there():
+    from autofunc.passes.inductor_policy import computed_where_taken
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    buf = graph.call_function(torch.ops.aten.mul.Tensor, (x, 2))
+    pin = graph.call_function(torch.ops.aten.as_strided.default, (buf, [2], [1]))
+    row = graph.call_function(torch.ops.aten.select.int, (buf, 0, 1))
+    pin_row = graph.call_function(torch.ops.aten.as_strided.default, (row, [2], [1]))
+    s = graph.call_function(doubled_sum._opoverload, (buf,))
+    pin_x = graph.call_function(torch.ops.aten.as_strided.default, (x, [2], [1]))
+    assert computed_where_taken(pin, buf)
+    assert not computed_where_taken(pin_row, row)  # a view: not a value of its own
+    assert not computed_where_taken(pin_row, buf)  # as_strided of a view of buf
+    assert not computed_where_taken(s, buf)  # an extern kernel gets a copy
+    assert not computed_where_taken(pin_x, x)  # a graph input: computed already
+
+
 # -- a layout Inductor fixes at the call, after a view used it (fuzz seed 20261249 #3) --------
 
 

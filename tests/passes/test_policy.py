@@ -64,6 +64,7 @@ def test_the_policies_differ_where_inductor_does():
     assert isinstance(INDUCTOR, InductorPolicy) and isinstance(INDUCTOR, Policy)
     assert type(GENERIC) is Policy
     assert GENERIC.lazy_reader is None and INDUCTOR.lazy_reader is not None
+    assert GENERIC.realizer is None and INDUCTOR.realizer is not None
     assert GENERIC.lint and not INDUCTOR.lint
     assert GENERIC.repairs_before() == GENERIC.repairs_after() == ()
     assert INDUCTOR.repairs_before() and INDUCTOR.repairs_after()
