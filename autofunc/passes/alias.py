@@ -267,8 +267,6 @@ class AliasAnalysis:
         # the node into a buffer of its own (``realizer``) bounds that position.
         due: dict[fx.Node, int] = {}
         position = self.position
-        self._realizer = realizer
-        self._realizer_ids = {id(t) for t in realizer_targets} if realizer is not None else ()
         taken_at: dict[fx.Node, int] = {}  # node -> first user that computes it (the Note)
         for target in realizer_targets:
             for u in graph.find_nodes(op="call_function", target=target):
@@ -281,23 +279,15 @@ class AliasAnalysis:
             if lazy_reader is not None and not lazy_reader(n):
                 due[n] = -1
                 continue
-            at = position[n]
             taken = taken_at.get(n) if taken_at else None
-            if taken is None:
-                for u in n.users:
-                    later = due[u]
-                    if later < 0:
-                        later = position[u]
-                    if later > at:
-                        at = later
-            else:  # a user lowered after ``taken`` reads the node's buffer
-                at = taken
-                for u in n.users:
-                    later = due[u]
-                    if later < 0:
-                        later = position[u]
-                    if later > at and position[u] < taken:
-                        at = later
+            at = position[n] if taken is None else taken
+            for u in n.users:
+                later = due[u]
+                if later < 0:
+                    later = position[u]
+                # (a user lowered after ``taken`` reads the node's buffer)
+                if later > at and (taken is None or position[u] < taken):
+                    at = later
             due[n] = at
         self._due = due
         for reads in self.reads.values():
@@ -659,29 +649,12 @@ class AliasAnalysis:
         self._parent[b] = a
         self._members[a].extend(self._members.pop(b))
 
-    def computed_where_taken(self, base: fx.Node, pos: int) -> None:
-        """Record what the rewrite of the call at ``pos`` makes the backend compute for the
-        buffer ``base`` it writes in place (as the op takes it): on the chain of views down from
-        ``base``, a lazy value a node takes in a way the ``realizer`` names (a pin,
-        ``as_strided(x)``, emitted before the call) is computed into a buffer of its own by
-        ``pos``, so its reads end there (Note [Values computed where they are taken]).
-        Lifetimes only shrink, and never below ``pos``: no answer given before changes, and a
-        later buffer of the same call sees the value computed before it. Nodes of the graph the
-        analysis was built on were counted then."""
-        ids = self._realizer_ids
-        if not ids:
-            return
-        n = base
-        while n.op == "call_function" and n.args and isinstance(n.args[0], fx.Node):
-            if id(n.target) in ids and self._realizer(n, n.args[0]):
-                self._computed_by(n.args[0], pos)
-            if _read_kind(n.target) is not _READS_NOTHING:
-                return
-            n = n.args[0]
-
-    def _computed_by(self, node: fx.Node, pos: int) -> None:
-        """``node`` is computed into a buffer of its own by ``pos``: its value is needed no
-        later than ``pos`` or than a user lowered before ``pos`` that computes it inline."""
+    def computed_by(self, node: fx.Node, pos: int) -> None:
+        """Record that the backend computes ``node`` into a buffer of its own by position
+        ``pos`` (a pin the pass emitted for the call there: Note [Values computed where they
+        are taken]): its reads end at ``pos``, or at a user lowered before ``pos`` that computes
+        it inline. Lifetimes only shrink, and never below ``pos``: no answer given before
+        changes, and a later buffer of the same call sees the value computed before it."""
         due = self._due.get(node, -1)
         if due <= pos:
             return  # eager, or computed by then anyway

@@ -79,7 +79,8 @@ def computed_where_taken(user: fx.Node, node: fx.Node) -> bool:
     view of an unrealized buffer]) are such nodes. Users lowered before the ``as_strided``
     count as computing the node inline all the same (a bound, never relied on to be tight), so
     the alias analysis ends the node's reads at the ``as_strided`` only for the users after it
-    (``AliasAnalysis``'s walk, and ``computed_where_taken`` for the calls the pass emits). A
+    (``AliasAnalysis``'s walk, and ``AliasAnalysis.computed_by`` for the pins the pass emits,
+    found by ``apply_plan`` on the way to each buffer written in place). A
     read the rule "lazy read under Inductor" would copy for is then known to happen before a
     later call: ``buf = state * 2; op(buf[1:3]); op(state); return buf`` under v1, where the
     pin of ``buf`` for the first call computes it before the second call writes ``state``

@@ -107,6 +107,7 @@ from .report import CallReport, Decision, Reason, Report
 from .rules import RULES, Query, Rule, decide
 from .scatters import fold_scatters
 from .stale_views import refresh_stale_views
+from .walks import view_walk
 
 __all__ = ["RULES", "Plan", "Rule", "apply_plan", "plan_buffer", "reinplace"]
 
@@ -412,10 +413,13 @@ def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> 
         # after the fold: the scatters of the next buffers still start from the root (Note
         # [A written view of an unrealized buffer] in inductor_policy.py)
         ctx.policy.pin_root(ctx, buf)
-    if plan.inplace:
-        # what its pins make the backend compute before the call (Note [Values computed where
-        # they are taken] in inductor_policy.py)
-        analysis.computed_where_taken(base, analysis.position[node])
+    realizer = ctx.policy.realizer
+    if plan.inplace and realizer is not None:
+        # what the pins on the way to the op make the backend compute before the call (Note
+        # [Values computed where they are taken] in inductor_policy.py)
+        for view in view_walk(base):
+            if view.op == "call_function" and view.args and realizer(view, view.args[0]):
+                analysis.computed_by(view.args[0], analysis.position[node])
     return base
 
 
