@@ -22,6 +22,7 @@ from .symbolic import span_extent
 __all__ = [
     "Region",
     "overlaps",
+    "is_empty",
     "region_of",
     "region_of_geometry",
     "contains",
@@ -99,6 +100,11 @@ def overlaps(a: Region, b: Region) -> bool:
 # read of columns the op never writes. When both views have static sizes and few elements,
 # their exact bytes are listed and compared instead (sound: it is the definition of overlap).
 _EXACT_ELEMENTS = 4096
+
+
+def is_empty(r: Region) -> bool:
+    """Whether ``r`` provably covers no element (a view with a size of 0)."""
+    return _known(r.hi <= r.lo)
 
 
 def _elements_meet(a: tuple, b: tuple) -> bool:

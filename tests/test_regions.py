@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from autofunc.regions import (
+    Region,
     contains,
     is_dense_root,
+    is_empty,
     overlaps,
     region_of,
     region_of_geometry,
@@ -45,6 +47,23 @@ def test_contains_needs_whole_progressions(x):
     whole_cols = region_of(x[:, 0::2], x)
     assert contains(whole_cols, region_of(x[1:3, 0::4], x))
     assert not contains(whole_cols, region_of(x[1:3, 1::2], x))
+
+
+def test_an_empty_view_is_empty_and_nothing_else_is(x):
+    assert is_empty(region_of(x[2:2], x)) and is_empty(region_of(x[:, 3:3], x))
+    assert not is_empty(region_of(x[0, 0:1], x)) and not is_empty(region_of(x, x))
+    assert not is_empty(Region.everything())
+
+
+def test_a_size_that_may_be_zero_is_not_empty():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    n = env.create_unbacked_symint()
+    torch._check(n >= 0)
+    root = ((n, 6), (6, 1), 0)
+    assert not is_empty(region_of_geometry(((n,), (6,), 0), root))
+    assert is_empty(region_of_geometry(((0, 6), (6, 1), 6), root))
 
 
 def test_a_root_that_overlaps_itself_gets_no_box():

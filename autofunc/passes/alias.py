@@ -29,6 +29,7 @@ from ..regions import (
     Region,
     contains,
     is_dense_root,
+    is_empty,
     overlaps,
     region_of,
     region_of_geometry,
@@ -649,6 +650,23 @@ class AliasAnalysis:
         self._parent[b] = a
         self._members[a].extend(self._members.pop(b))
 
+    def written_copy(self, node: fx.Node, pos: int) -> None:
+        """Record that ``node`` is a copy the pass emitted for the call at ``pos``, which
+        writes it: no lazy read runs through it after ``pos``.
+
+        Note [Copies the calls write]
+        A copy the pass emits for a call (the buffer cloned, then written by the op) holds
+        the op's result from that call on, not a pending value: the backend computes it into
+        memory of its own by then, as the op writes that memory. The lazy nodes that fed it
+        (``buf = x * 1``, cloned for a call on ``buf[:, 0]``) are then no longer read through
+        it: a later call writing ``x`` does not count ``buf``'s use by the copy as a pending
+        read of ``x``, and the frontier of its lazy reads (``lazy_reads.py``) stops at the
+        copy. Before, the copy, emitted after the analysis's walk, had no known place of
+        computation, and the walk went through it to the copy's users after the later call:
+        the later call then kept a clone of ``x``.
+        """
+        self._due[node] = pos
+
     def computed_by(self, node: fx.Node, pos: int) -> None:
         """Record that the backend computes ``node`` into a buffer of its own by position
         ``pos`` (a pin the pass emitted for the call there: Note [Values computed where they
@@ -689,6 +707,9 @@ class AliasAnalysis:
         Each version keeps the lazy reads seen so far whose value is still needed; positions
         only grow across the pass's calls, so every read enters and leaves that list once.
         """
+        written = _nonempty(written)
+        if not written:
+            return []  # Note [An empty write]
         pos = self.position[node]
         cls = self.memory_class(self.version[buffer])
         live = self._live(self._live_lazy, cls)
@@ -716,6 +737,9 @@ class AliasAnalysis:
         Positions only grow across the pass's calls, so each version's cursor only moves
         forward: the total work over a whole pass is linear in the number of reads.
         """
+        written = _nonempty(written)
+        if not written:
+            return []  # Note [An empty write]
         pos = self.position[node]
         cls = self.memory_class(self.version[buffer])
         hits: list[_Read] = []
@@ -755,3 +779,19 @@ class AliasAnalysis:
         if exhausted:
             gone = set(exhausted)
             live[:] = [k for k in live if k not in gone]
+
+
+def _nonempty(written: list[Region]) -> list[Region]:
+    """``written`` without the regions that provably hold no element.
+
+    Note [An empty write]
+    A call that writes a view with a size of 0 (``x[2:2]``, ``buf[0:0, 0]``) writes no element,
+    so no read, before or after it, of any version can see it. Its region still has a place
+    inside the buffer's bytes (``lo == hi`` somewhere within them), and a read whose region is
+    not known exactly, or a coarse version's, counted as overlapping it: the call then kept a
+    clone of the buffer, or computed lazy reads before it, for nothing. The read queries drop
+    such regions first (``regions.is_empty``: only a size provably 0; a symbolic size that may
+    be 0 is not dropped). Only the queries about reads do: whether two mutable arguments of
+    one call overlap is decided as before.
+    """
+    return [w for w in written if not is_empty(w)] if any(map(is_empty, written)) else written

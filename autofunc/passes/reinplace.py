@@ -402,6 +402,7 @@ def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> 
             analysis.merge(buf, o)
     else:
         new = base = emit_clone(ctx, buf, kind=plan.clone)
+        analysis.written_copy(new, analysis.position[node])
         for o in outputs:
             analysis.track(new, o)
     for o in outputs:

@@ -674,6 +674,101 @@ def test_lazy_read_realized_in_the_post_grad_graph(row_strategy):
     assert "return (copy__default,)" in code, code
 
 
+def row_of_a_value_read_before(x, y):
+    h = x * 2  # lazy; the extern kernel gets a copy of it, h itself stays lazy
+    s = doubled_sum(h)
+    add_row(x, y)
+    return h[0], s  # a row of the old h: computed before the call, not all of h or x
+
+
+def columns_of_a_value_read_before(x, y):
+    h = x * 2
+    s = doubled_sum(h)
+    add_row(x, y)
+    return h[:, 1:3] + 1, s
+
+
+@pytest.mark.parametrize("fn", [row_of_a_value_read_before, columns_of_a_value_read_before])
+def test_views_computed_instead_of_their_base(row_strategy, fn):
+    # Note [Views computed instead of their base]: PyTorch's built-in gives a wrong result
+    # here (it writes x in place and Inductor computes h after the call); the clone of x this
+    # cost before is now a view of h computed before the call
+    (d,) = _row_reports(fn, torch.randn(6, 5), torch.randn(5))
+    assert d.inplace and "moved before the call" in d.detail, d.explain()
+
+
+def empty_write_read_around(x, y):
+    h = x * 2  # lazy, read after the call: a write of the call would need it computed first
+    add_row(x[2:2, 0], y[:0])  # writes no element
+    return h + 1
+
+
+def test_an_empty_write_is_no_hazard(row_strategy):
+    # Note [An empty write]: the call writes x in place with nothing computed before it; the
+    # empty region used to count as overlapping h's read (v1 cloned x, v2 moved h's readers)
+    (d,) = _row_reports(empty_write_read_around, torch.randn(6, 5), torch.randn(6))
+    assert d.inplace and d.detail == "", d.explain()
+
+
+def read_through_a_copy_a_call_wrote(x, y):
+    buf = x * 1
+    before = buf[0].clone()
+    add_row(buf[:, 0], y[:6])  # buf[0] is read later: the call writes a clone of buf
+    add_row(x[:, 1], y[:6])  # buf reads x, but only through that clone and buf[0]
+    return buf, before + buf[0]
+
+
+def test_a_copy_a_call_wrote_is_no_pending_read():
+    # Note [Copies the calls write] in alias.py: the first call's clone of buf is computed
+    # there, so the second call computes only buf[0] (20 B) before it, not a clone of x (120 B)
+    reg = autofunc.register(add_row, strategy="v2")
+    try:
+        first, second = _row_reports(
+            read_through_a_copy_a_call_wrote, torch.randn(6, 5), torch.randn(6)
+        )
+    finally:
+        reg.remove()
+    assert not first.inplace, first.explain()
+    assert second.inplace and second.detail.endswith("computed before the call, 20 B"), (
+        second.explain()
+    )
+
+
+def test_a_view_of_the_frontier_bigger_than_its_base_is_not_moved():
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    from autofunc.passes.lazy_reads import plan_realization
+
+    def f(x, y):
+        b = x * 2  # read by the call's buffer, lazy
+        x.add_(y)  # stands for the call
+        return b[1], torch.ops.aten.expand.default(b, [3, 4, 5])  # a row; three of b
+
+    gm = torch.fx.symbolic_trace(f)
+    FakeTensorProp(gm).propagate(torch.randn(4, 5), torch.randn(5))
+    n = {node.name: node for node in gm.graph.nodes}
+    call = n["add_"]
+
+    def lazy(node):
+        return node.op in ("call_function", "call_method") and node is not call
+
+    plan = plan_realization(call, [n["mul"]], [], lazy)
+    assert [x.name for x in plan.nodes] == ["mul"] and plan.moved == (), plan
+
+    def g(x, y):
+        b = x * 2
+        x.add_(y)
+        return b[1], b[2:4]
+
+    gm = torch.fx.symbolic_trace(g)
+    FakeTensorProp(gm).propagate(torch.randn(4, 5), torch.randn(5))
+    n = {node.name: node for node in gm.graph.nodes}
+    plan = plan_realization(n["add_"], [n["mul"]], [], lazy)
+    # the row and the two rows (60 bytes) instead of b (80): moved before the call
+    assert [x.name for x in plan.nodes] == ["getitem", "getitem_1"], plan
+    assert plan.moved == plan.nodes and plan.nbytes == 60, plan
+
+
 def test_realization_plan_is_the_frontier_and_its_cost():
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
