@@ -299,7 +299,12 @@ def read_node(node: Any) -> Mutation | None:
 
 
 def accepted(node: Any) -> bool:
-    """Whether ``node`` is a functional mutation node one of its target's adapters reads."""
+    """Whether ``node`` is a functional mutation node one of its target's adapters reads; read
+    only where an adapter must read it to decide (its ``accepts``): the first adapter of a
+    target without one takes every node of it."""
+    adapters = adapters_for(getattr(node, "target", None))
+    if adapters and getattr(adapters[0], "accepts", None) is None:
+        return True
     return read_node(node) is not None
 
 
