@@ -73,8 +73,9 @@ def share_input_views(graph: fx.Graph) -> int:
     rooted: set[fx.Node] = set(graph.find_nodes(op="placeholder"))
     first: dict[tuple, fx.Node] = {}
     erased = 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in _SHARED or node.kwargs:
+    # the views alone, in graph order (a slice of a select is rooted once the select is)
+    for node in sorted(n for t in _SHARED for n in graph.find_nodes(op="call_function", target=t)):
+        if node.kwargs:
             continue
         base, rest = node.args[0], node.args[1:]
         if base not in rooted or not all(type(a) is int or a is None for a in rest):
