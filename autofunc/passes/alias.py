@@ -248,19 +248,34 @@ class AliasAnalysis:
                 self._overwrites.setdefault(self.version[dst], []).append(
                     (self.position[node], src)
                 )
-        version, position = self.version, self.position
+        version, position, kinds = self.version, self.position, _read_kind.memo
+        overwrites, reads, reads_by = self._overwrites, self.reads, self._reads_by
         for node in graph.nodes:
-            kind = _read_kind(node.target) if node.op == "call_function" else _READS_ALL
-            if kind is _READS_NOTHING:
-                continue
+            if node.op == "call_function":
+                known_kind = kinds.get(id(node.target))
+                kind = _read_kind(node.target) if known_kind is None else known_kind[1]
+                if kind is _READS_NOTHING:
+                    continue
+            else:
+                kind = _READS_ALL
             args = node.all_input_nodes
             if kind is _READS_SOURCE:
                 args = args[1:]  # copy_(dst, src) writes dst whole and reads only src
             pos = position[node]
             for arg in args:
                 key = version.get(arg)
-                if key is not None:
+                if key is None:
+                    continue
+                if key in overwrites or kind is _SCATTERS:
                     self._record_read(node, arg, key, pos, kind is _SCATTERS)
+                    continue
+                read = _Read(pos, node, arg)  # (``_record_read`` without copies or a scatter)
+                reads[key].append(read)
+                mine = reads_by.get(node)
+                if mine is None:
+                    reads_by[node] = [read]
+                else:
+                    mine.append(read)
         # When a lazily evaluated node is computed at the latest: where the first eager node
         # (or the output) needs it, through any chain of lazy users. One reverse walk; ``due``
         # holds that position for lazy nodes and -1 for eager ones (read where they stand).
