@@ -722,9 +722,10 @@ class AliasAnalysis:
         Each version keeps the lazy reads seen so far whose value is still needed; positions
         only grow across the pass's calls, so every read enters and leaves that list once.
         """
-        written = _nonempty(written)
-        if not written:
+        kept = _nonempty(written)
+        if written and not kept:
             return []  # Note [An empty write]
+        written = kept
         pos = self.position[node]
         cls = self.memory_class(self.version[buffer])
         live = self._live(self._live_lazy, cls)
@@ -752,9 +753,10 @@ class AliasAnalysis:
         Positions only grow across the pass's calls, so each version's cursor only moves
         forward: the total work over a whole pass is linear in the number of reads.
         """
-        written = _nonempty(written)
-        if not written:
+        kept = _nonempty(written)
+        if written and not kept:
             return []  # Note [An empty write]
+        written = kept
         pos = self.position[node]
         cls = self.memory_class(self.version[buffer])
         hits: list[_Read] = []
@@ -807,6 +809,7 @@ def _nonempty(written: list[Region]) -> list[Region]:
     clone of the buffer, or computed lazy reads before it, for nothing. The read queries drop
     such regions first (``regions.is_empty``: only a size provably 0; a symbolic size that may
     be 0 is not dropped). Only the queries about reads do: whether two mutable arguments of
-    one call overlap is decided as before.
+    one call overlap is decided as before. A query given no regions at all is answered as
+    before.
     """
     return [w for w in written if not is_empty(w)] if any(map(is_empty, written)) else written
