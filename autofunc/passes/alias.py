@@ -267,9 +267,9 @@ class AliasAnalysis:
                 if key is None:
                     continue
                 if key in overwrites or kind is _SCATTERS:
-                    self._record_read(node, arg, key, pos, kind is _SCATTERS)
-                    continue
-                read = _Read(pos, node, arg)  # (``_record_read`` without copies or a scatter)
+                    key, read = self._special_read(node, arg, key, pos, kind is _SCATTERS)
+                else:
+                    read = _Read(pos, node, arg)
                 reads[key].append(read)
                 mine = reads_by.get(node)
                 if mine is None:
@@ -333,8 +333,12 @@ class AliasAnalysis:
     def _is_whole(self, node: fx.Node) -> bool:
         return same_geometry(node.meta["val"], self.root[self.version[node]].meta["val"])
 
-    def _record_read(self, node: fx.Node, arg: fx.Node, key: Any, pos: int, scatter: bool) -> None:
-        """``node`` (at ``pos``; a scatter, per ``scatter``) reads ``arg`` (of version ``key``)."""
+    def _special_read(
+        self, node: fx.Node, arg: fx.Node, key: Any, pos: int, scatter: bool
+    ) -> tuple[Any, _Read]:
+        """The read of ``arg`` (of version ``key``) by ``node`` (at ``pos``; a scatter, per
+        ``scatter``) where ``key`` has copies into it or ``node`` is a scatter, and the version
+        it reads: after a copy-back, the copy's source."""
         coarse = False
         overwrites = self._overwrites.get(key)
         copies = [(p, src) for p, src in overwrites if p < pos] if overwrites else None
@@ -344,9 +348,7 @@ class AliasAnalysis:
             coarse = not same_geometry(root.meta["val"], src_root.meta["val"])
             key = self.version[src]
         masked = not copies and scatter and node.args[0] is arg
-        read = _Read(pos, node, arg, coarse, masked=masked)
-        self.reads[key].append(read)
-        self._reads_by.setdefault(node, []).append(read)
+        return key, _Read(pos, node, arg, coarse, masked=masked)
 
     def _read_region(self, read: _Read) -> Region:
         """Regions are computed on first use: most reads are never queried."""
@@ -722,10 +724,9 @@ class AliasAnalysis:
         Each version keeps the lazy reads seen so far whose value is still needed; positions
         only grow across the pass's calls, so every read enters and leaves that list once.
         """
-        kept = _nonempty(written)
-        if written and not kept:
+        written = _nonempty(written)
+        if written is None:
             return []  # Note [An empty write]
-        written = kept
         pos = self.position[node]
         cls = self.memory_class(self.version[buffer])
         live = self._live(self._live_lazy, cls)
@@ -753,10 +754,9 @@ class AliasAnalysis:
         Positions only grow across the pass's calls, so each version's cursor only moves
         forward: the total work over a whole pass is linear in the number of reads.
         """
-        kept = _nonempty(written)
-        if written and not kept:
+        written = _nonempty(written)
+        if written is None:
             return []  # Note [An empty write]
-        written = kept
         pos = self.position[node]
         cls = self.memory_class(self.version[buffer])
         hits: list[_Read] = []
@@ -798,8 +798,9 @@ class AliasAnalysis:
             live[:] = [k for k in live if k not in gone]
 
 
-def _nonempty(written: list[Region]) -> list[Region]:
-    """``written`` without the regions that provably hold no element.
+def _nonempty(written: list[Region]) -> list[Region] | None:
+    """``written`` without the regions that provably hold no element; ``None`` where it had
+    regions and each is such (the call writes nothing there).
 
     Note [An empty write]
     A call that writes a view with a size of 0 (``x[2:2]``, ``buf[0:0, 0]``) writes no element,
@@ -812,4 +813,6 @@ def _nonempty(written: list[Region]) -> list[Region]:
     one call overlap is decided as before. A query given no regions at all is answered as
     before.
     """
-    return [w for w in written if not is_empty(w)] if any(map(is_empty, written)) else written
+    if not any(map(is_empty, written)):
+        return written
+    return [w for w in written if not is_empty(w)] or None
