@@ -52,6 +52,11 @@ class Region:
     # (size, stride, offset, itemsize), all ints, when the region has at most _EXACT_ELEMENTS
     # elements: then its exact bytes can be listed (Note [Exact small regions]).
     elems: tuple | None = None
+    # (size, stride, offset, itemsize) of the view it was computed from (ints or SymInts;
+    # ``None`` for a region not made from one): what places it in the coordinates of another
+    # version (Note [Written and read in two coordinates] in passes/alias.py). Not part of
+    # its identity: two views of one extent are one region.
+    geom: tuple | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
     def everything(cls) -> "Region":
@@ -176,12 +181,13 @@ def _region(
         return Region(lo, lo)
     hi = lo + itemsize * span_extent(size, stride)
     elems = _exact_elements(size, stride, off, itemsize)
+    view = (tuple(size), tuple(stride), off, itemsize)
     if not root_dense:
-        return Region(lo, hi, elems=elems)
+        return Region(lo, hi, elems=elems, geom=view)
     box = _box_of(root, _in_root_elements(size, stride, off, itemsize, root_itemsize))
     if box is None:
-        return Region(lo, hi, elems=elems)
-    return Region(lo, hi, root=(*root[:3], root_itemsize), box=box, elems=elems)
+        return Region(lo, hi, elems=elems, geom=view)
+    return Region(lo, hi, root=(*root[:3], root_itemsize), box=box, elems=elems, geom=view)
 
 
 def _box_of(root: tuple, candidates: list[tuple]) -> tuple | None:

@@ -20,7 +20,7 @@ import bisect
 import dataclasses
 import logging
 import operator
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import torch
 import torch.fx as fx
@@ -147,6 +147,25 @@ class _Shift:
     root: tuple  # the base's version root: (size, stride, offset)
     dense: bool  # is_dense_root of that root
     itemsize: int  # element size of the root, the base and the version
+
+
+class _Placed(NamedTuple):
+    """The regions a call writes, for one read query: the version they are regions of, and
+    the same regions in the coordinates of the base that version was merged into (``None``
+    where they cannot be placed there; the version itself if it is not coarse)."""
+
+    key: Any
+    regions: list[Region] | None
+
+
+def _relative_to(node: fx.Node, ends: tuple) -> bool:
+    """Whether ``node`` is one of ``ends`` or a chain of views with relative offsets
+    (``_SHIFTABLE_VIEWS``) of one: its storage offset moves with theirs."""
+    while node not in ends:
+        if node.op != "call_function" or node.target not in _SHIFTABLE_VIEWS or not node.args:
+            return False
+        node = node.args[0]
+    return True
 
 
 def _static_shift(a: torch.Tensor, b: torch.Tensor) -> int | None:
@@ -371,8 +390,9 @@ class AliasAnalysis:
                 self._masks[node] = None
         return self._masks[node]
 
-    def _hits(self, key: Any, read: _Read, written: list[Region]) -> bool:
-        """Whether ``read`` (of version ``key``) may read an element of ``written``.
+    def _hits(self, key: Any, read: _Read, written: list[Region], placed: _Placed) -> bool:
+        """Whether ``read`` (of version ``key``) may read an element of ``written`` (regions of
+        version ``placed.key``; ``placed.regions``: the same in the base's coordinates).
 
         Note [Scatters read around what they replace]
         ``select_scatter(x, src, 0, l)`` reads ``x`` everywhere but ``x[l]``: a write into
@@ -381,11 +401,13 @@ class AliasAnalysis:
         """
         if read.dead:
             return False
-        if key in self._coarse:
-            region = self._shifted_region(key, read)
-            if region is None:
+        if key != placed.key and (key in self._coarse or placed.key in self._coarse):
+            # Note [Written and read in two coordinates]: both placed in the base's
+            coarse = key in self._coarse
+            region = self._shifted_region(key, read) if coarse else self._read_region(read)
+            if region is None or placed.regions is None:
                 return True
-            return any(overlaps(region, w) for w in written)  # (no mask in other coordinates)
+            return any(overlaps(region, w) for w in placed.regions)  # (no mask there)
         region = self._read_region(read)
         mask = self._mask(read) if read.masked else None
         return any(
@@ -528,15 +550,50 @@ class AliasAnalysis:
         own = self._read_region(read)
         if val.element_size() != shift.itemsize or not contains(shift.whole, own):
             return None
-        node = read.arg
-        while node not in shift.ends:  # views whose offset is relative to their input's
-            if node.op != "call_function" or node.target not in _SHIFTABLE_VIEWS or not node.args:
-                return None
-            node = node.args[0]
+        if not _relative_to(read.arg, shift.ends):
+            return None
         size, stride, off = tuple(val.shape), tuple(val.stride()), val.storage_offset()
         return region_of_geometry(
             (size, stride, off + shift.delta), shift.root, shift.dense, shift.itemsize
         )
+
+    def _placed(self, buffer: fx.Node, written: list[Region]) -> _Placed:
+        """``written`` (regions of ``buffer``'s version, written through ``buffer``) and, where
+        that version is coarse, the same regions in the coordinates of the base it was merged
+        into.
+
+        Note [Written and read in two coordinates]
+        Regions are in their own version's coordinates. A call's value merged into a base at
+        another storage offset (a coarse version: a v2 base starts at offset 0 where the input
+        ``b = x[1:]`` it replaces starts at 1, a v1 value written into ``qkv[..., 8:12]``) may
+        be written again by a later call, through a view of it: the written regions are then
+        in the value's coordinates. A read of the same version compares with them directly
+        (one set of coordinates, and the version's elements are distinct elements of the
+        base). A read of any other version of the class is compared in the base's coordinates,
+        both sides placed there as Note [A call's value read where it was written] places a
+        read (``_shifted_region``); a side that cannot be placed overlaps everything. Before,
+        a coarse version's read was placed in the base's coordinates and the write was not
+        (fuzz seed 20261350 #87: the write of ``b[0]`` at byte 0, the read of its old value at
+        byte 8, so the call wrote ``b`` in place before the read), and a read of the base
+        compared its own coordinates with the value's.
+        """
+        key = self.version[buffer]
+        if key not in self._coarse:
+            return _Placed(key, written)
+        shift = self._shifted.get(key)
+        if shift is None or shift.base in self._coarse or not _relative_to(buffer, shift.ends):
+            return _Placed(key, None)
+        placed = []
+        for w in written:
+            if w.geom is None or w.geom[3] != shift.itemsize or not contains(shift.whole, w):
+                return _Placed(key, None)
+            size, stride, off, itemsize = w.geom
+            placed.append(
+                region_of_geometry(
+                    (size, stride, off + shift.delta), shift.root, shift.dense, itemsize
+                )
+            )
+        return _Placed(key, placed)
 
     def forget(self, node: fx.Node) -> None:
         """``node`` was removed from the graph: its reads no longer happen."""
@@ -729,6 +786,7 @@ class AliasAnalysis:
             return []  # Note [An empty write]
         pos = self.position[node]
         cls = self.memory_class(self.version[buffer])
+        placed = self._placed(buffer, written)
         live = self._live(self._live_lazy, cls)
         exhausted, hits = [], []
         for key in live:
@@ -743,7 +801,7 @@ class AliasAnalysis:
             if not pending and i == len(reads):
                 exhausted.append(key)
                 continue
-            hits.extend(r.node for r in pending if self._hits(key, r, written))
+            hits.extend(r.node for r in pending if self._hits(key, r, written, placed))
         self._drop(live, exhausted)
         return list(dict.fromkeys(hits))
 
@@ -759,6 +817,7 @@ class AliasAnalysis:
             return []  # Note [An empty write]
         pos = self.position[node]
         cls = self.memory_class(self.version[buffer])
+        placed = self._placed(buffer, written)
         hits: list[_Read] = []
         live = self._live(self._live_later, cls)
         exhausted = []
@@ -773,7 +832,7 @@ class AliasAnalysis:
                 continue
             for i in range(start, len(reads)):
                 read = reads[i]
-                if self._hits(key, read, written):
+                if self._hits(key, read, written, placed):
                     hits.append(read)
         self._drop(live, exhausted)
         hits.sort(key=lambda r: r.pos)

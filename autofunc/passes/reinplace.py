@@ -314,7 +314,9 @@ def _rewrite_call(ctx: Pass, node: fx.Node, m: Mutation) -> CallReport:
     # any copy emitted for this call is one of its copies (Note [Every copy in the report])
     with graph.inserting_before(node), copying(ctx, CopyKind.CLONE, node.name):
         for k, buf in enumerate(bufs):  # step 3b
-            plan = plan_buffer(ctx, node, m, buf, bufs, tuple(p.buf for p in plans if p.inplace))
+            inplace = tuple(p.buf for p in plans if p.inplace)
+            copies = tuple(b for p, b in zip(plans, arg_bases) if not p.inplace)
+            plan = plan_buffer(ctx, node, m, buf, bufs, inplace, copies)
             log.debug("%s %s %s: %s", node.name, m.op_name, buf.args, plan)
             mine = [outs.pop(key) for key in keys[k] if key in outs]  # this buffer's outputs
             arg_bases.append(apply_plan(ctx, node, plan, mine))
@@ -360,11 +362,13 @@ def plan_buffer(
     buf: Buffer,
     bufs: list[Buffer],
     inplace: tuple[Buffer, ...],
+    copies: tuple[fx.Node, ...] = (),
 ) -> Plan:
     """The plan for ``buf``, one of the buffers ``bufs`` of the call ``node`` (``inplace``:
-    those already written in place): ``RULES`` decide (``rules.decide``), then how the buffer
-    is handed to the op. Reads the graph and the analysis; changes neither."""
-    ruling = decide(Query(ctx, node, m, buf, bufs, inplace))
+    those already written in place; ``copies``: the copies of those already cloned):
+    ``RULES`` decide (``rules.decide``), then how the buffer is handed to the op. Reads the
+    graph and the analysis; changes neither."""
+    ruling = decide(Query(ctx, node, m, buf, bufs, inplace, copies))
     detail = ruling.detail
     if ruling.reason is Reason.INPLACE and ruling.realize is not None:
         detail = str(ruling.realize)

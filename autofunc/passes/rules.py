@@ -108,6 +108,7 @@ class Query:
     buf: Buffer
     bufs: list[Buffer]  # every buffer of the call, ``buf`` among them
     inplace: tuple[Buffer, ...] = ()  # the buffers of the call already written in place
+    copies: tuple[fx.Node, ...] = ()  # the copies of its buffers already cloned, which it writes
     # what an earlier rule made its consent depend on (set by ``decide`` only): "old value
     # read later" adds the reads "lazy read under Inductor" moves to its own
     provided: Provided | None = None
@@ -122,10 +123,21 @@ class Query:
         return written_regions(self.ctx.analysis, self.buf)
 
     def written_here(self, node: fx.Node) -> bool:
-        """Whether ``node`` now denotes memory this call writes in place (a buffer of the call
-        decided before this one): after the call it names the new value."""
+        """Whether ``node`` now denotes memory this call writes (a buffer of the call decided
+        before this one: written in place, or the copy it was cloned into): after the call it
+        names the new value.
+
+        A copy counts as much as a buffer written in place (fuzz seed 20261351 #3: in
+        ``m3way(r2, a, r2)`` under Inductor, ``r2`` was cloned, then ``a`` written in place
+        with the lazy reads of ``a`` computed before the call, and the clone, fed by them and
+        used after the call as the op's result, was computed before the call as a pending read
+        of ``a``: its later user read the clone's value before the op wrote it)."""
         analysis = self.ctx.analysis
-        return any(analysis.same_memory(node, b.node) for b in self.inplace)
+        return (
+            node in self.copies
+            or any(analysis.same_memory(node, c) for c in self.copies)
+            or any(analysis.same_memory(node, b.node) for b in self.inplace)
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1119,3 +1119,47 @@ def test_a_returned_scatter_is_copied_before_the_copy_back(fuzz_strategy):
     # Note [Returned scatters under Inductor], _copy_point
     torch.manual_seed(0)
     check_fuzz_ops(scatter_of_a_dropped_clone_returned, fuzz_strategy, torch.randn(6, 5).double())
+
+
+# -- fuzz seed 20261350 #87 (v1): a call's value at another offset, written again -------------
+
+
+def rewritten_at_an_offset(a, b):
+    v0 = b[0:1:2, None]  # b starts at storage offset 1: v2's new base of it starts at 0
+    fuzz.m1(v0, v0)
+    o2 = fuzz.mret(a, a)
+    r3 = v0.sum() * 0.5  # the old value of v0, read after the next call in the graph
+    fuzz.m1(v0, o2)  # v1: its buffer is a view of the first call's value, now b's memory
+    r5 = r3.sum() * 3.0
+    fuzz.mret(v0, r5)
+    return ()
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_write_of_a_value_merged_at_another_offset(fuzz_strategy):
+    # Note [Written and read in two coordinates] in alias.py: the write was placed at the
+    # value's own offset 0, the read of its old value at b's offset 1, so they never met and
+    # the second m1 wrote b in place before r3 read it (v1; the built-in was right)
+    torch.manual_seed(0)
+    a = torch.randn(2, 4, dtype=torch.float64)
+    b = torch.randn(4, dtype=torch.float64)[1:]
+    check_fuzz_ops(rewritten_at_an_offset, fuzz_strategy, a, b)
+
+
+# -- fuzz seed 20261351 #3 (v1, v2): the copy of one buffer, fed by lazy reads of another --------
+
+
+def copy_fed_by_lazy_reads(a):
+    t0 = a * 1
+    r2 = t0.amax() + t0.mean()  # reads a; cloned for the call (its old value is read later)
+    r4 = r2.cumsum(0)
+    fuzz.m3way(r2, a, r2)  # a in place: its lazy reads computed first, not r2's clone
+    return (r4 + r2,)  # r2 after the call: what the op wrote into the clone
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_copy_the_call_writes_is_no_lazy_read(fuzz_strategy):
+    # Query.written_here in rules.py: the clone was computed before the call as a pending read
+    # of a, and the result read that copy of the clone's old value (the built-in was right)
+    torch.manual_seed(0)
+    check_fuzz_ops(copy_fed_by_lazy_reads, fuzz_strategy, torch.randn(3, dtype=torch.float64))
