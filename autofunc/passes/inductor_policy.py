@@ -15,9 +15,10 @@ from typing import Any, ClassVar
 
 import torch
 from torch import fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ..hops.adapter import Mutation
-from ..symbolic import contiguous_or_false, is_symbolic, overlaps_itself
+from ..symbolic import contiguous_or_false, overlaps_itself
 from .alias import VIEW_OPS
 from .emit import CloneKind, emit, pin_layout
 from .facts import Buffer, Pass, aliased_args, written_regions
@@ -212,10 +213,14 @@ class InductorPolicy(Policy):
         of that memory. Only the root is pinned, never a view: a pinned view of a graph input
         can lose its offset (the attempt that pinned the view itself broke fuzz seeds 20261267
         #84 and 20261268 #20). Roots Inductor computes at their place (an extern kernel, an
-        op's output, a graph input) are left as they are, and so are roots of symbolic
-        geometry: with the pin, Inductor gave a wrong result for ``op(x,
-        x.nonzero().float()[:])`` under v1 (the conformance program ``af_recompile_unbacked``:
-        an unbacked size, strides ``(1, u0)``), which is right without it.
+        op's output, a graph input) are left as they are, and so are roots with an unbacked
+        size: with the pin, Inductor gave a wrong result for ``op(x, x.nonzero().float()[:])``
+        under v1 (the conformance program ``af_recompile_unbacked``: strides ``(1, u0)``),
+        which is right without it. Roots of backed symbolic sizes (a dynamic token count) are
+        pinned: left unpinned, ``op(x); x[0].mul_(2); op(x[1])`` under v1 with dynamic shapes
+        had Inductor compute the row into a buffer of its own for the op and then the whole
+        scatter into another (112 B for a 48 B input, PyTorch's built-in 96 B), where the
+        static program writes the input in place (48 B, its returned clone).
         """
         *chain, root = view_walk(buf)
         if any(v.meta.get("autofunc.pin") for v in chain):
@@ -225,9 +230,7 @@ class InductorPolicy(Policy):
             or not isinstance(root.target, torch._ops.OpOverload)
             or not isinstance(root.meta.get("val"), torch.Tensor)
             or not lazy_under_inductor(root)
-            or any(
-                is_symbolic(v) for v in (*root.meta["val"].shape, *root.meta["val"].stride())
-            )
+            or free_unbacked_symbols(root.meta["val"])
         ):
             return
         first = chain[-1]  # the view of the root

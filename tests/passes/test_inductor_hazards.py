@@ -1163,3 +1163,32 @@ def test_a_copy_the_call_writes_is_no_lazy_read(fuzz_strategy):
     # of a, and the result read that copy of the clone's old value (the built-in was right)
     torch.manual_seed(0)
     check_fuzz_ops(copy_fed_by_lazy_reads, fuzz_strategy, torch.randn(3, dtype=torch.float64))
+
+
+# -- a written view of an unrealized buffer, with dynamic sizes ------------------------------
+
+
+def native_write_between_calls(x):
+    add_one(x)
+    x[0].mul_(2)  # functionalized: x is a select_scatter from here on, a lazy node
+    add_one(x[1])  # a view of it: written in place once its root is pinned
+    x[:, 2].add_(1)
+    return x.clone()
+
+
+def test_a_written_view_of_an_unrealized_buffer_with_dynamic_sizes(strategy):
+    # Note [A written view of an unrealized buffer] in inductor_policy.py: backed symbolic
+    # sizes are pinned too. Unpinned, v1 had Inductor compute the row into a buffer of its own
+    # and the scatter into another: three allocations where the returned clone is the only one
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    x = torch.randn(3, 4)
+    expected_x = x.clone()
+    expected = native_write_between_calls(expected_x)
+    with inductor_config.patch(fx_graph_cache=False):
+        compiled = torch.compile(native_write_between_calls, fullgraph=True, dynamic=True)
+        got, (code,) = run_and_get_code(compiled, x)
+    assert torch.allclose(got, expected) and torch.allclose(x, expected_x)
+    call = code[code.index("def call(") :]
+    assert call.count("empty_strided_cpu(") == 1, call
