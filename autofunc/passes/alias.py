@@ -20,7 +20,7 @@ import bisect
 import dataclasses
 import logging
 import operator
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable
 
 import torch
 import torch.fx as fx
@@ -147,15 +147,6 @@ class _Shift:
     root: tuple  # the base's version root: (size, stride, offset)
     dense: bool  # is_dense_root of that root
     itemsize: int  # element size of the root, the base and the version
-
-
-class _Placed(NamedTuple):
-    """The regions a call writes, for one read query: the version they are regions of, and
-    the same regions in the coordinates of the base that version was merged into (``None``
-    where they cannot be placed there; the version itself if it is not coarse)."""
-
-    key: Any
-    regions: list[Region] | None
 
 
 def _relative_to(node: fx.Node, ends: tuple) -> bool:
@@ -390,9 +381,12 @@ class AliasAnalysis:
                 self._masks[node] = None
         return self._masks[node]
 
-    def _hits(self, key: Any, read: _Read, written: list[Region], placed: _Placed) -> bool:
+    def _hits(
+        self, key: Any, read: _Read, written: list[Region], wkey: Any, placed: list[Region] | None
+    ) -> bool:
         """Whether ``read`` (of version ``key``) may read an element of ``written`` (regions of
-        version ``placed.key``; ``placed.regions``: the same in the base's coordinates).
+        version ``wkey``; ``placed``: the same in the base's coordinates where ``wkey`` is
+        coarse, ``None`` where they cannot be placed there).
 
         Note [Scatters read around what they replace]
         ``select_scatter(x, src, 0, l)`` reads ``x`` everywhere but ``x[l]``: a write into
@@ -401,13 +395,13 @@ class AliasAnalysis:
         """
         if read.dead:
             return False
-        if key != placed.key and (key in self._coarse or placed.key in self._coarse):
+        coarse = self._coarse
+        if (key in coarse or wkey in coarse) and key != wkey:
             # Note [Written and read in two coordinates]: both placed in the base's
-            coarse = key in self._coarse
-            region = self._shifted_region(key, read) if coarse else self._read_region(read)
-            if region is None or placed.regions is None:
+            region = self._shifted_region(key, read) if key in coarse else self._read_region(read)
+            if region is None or placed is None:
                 return True
-            return any(overlaps(region, w) for w in placed.regions)  # (no mask there)
+            return any(overlaps(region, w) for w in placed)  # (no mask there)
         region = self._read_region(read)
         mask = self._mask(read) if read.masked else None
         return any(
@@ -557,10 +551,10 @@ class AliasAnalysis:
             (size, stride, off + shift.delta), shift.root, shift.dense, shift.itemsize
         )
 
-    def _placed(self, buffer: fx.Node, written: list[Region]) -> _Placed:
-        """``written`` (regions of ``buffer``'s version, written through ``buffer``) and, where
-        that version is coarse, the same regions in the coordinates of the base it was merged
-        into.
+    def _placed(self, key: Any, buffer: fx.Node, written: list[Region]) -> list[Region] | None:
+        """``written`` (regions of the coarse version ``key``, written through ``buffer``) in
+        the coordinates of the base that version was merged into; ``None`` where they cannot
+        be placed there.
 
         Note [Written and read in two coordinates]
         Regions are in their own version's coordinates. A call's value merged into a base at
@@ -577,23 +571,20 @@ class AliasAnalysis:
         byte 8, so the call wrote ``b`` in place before the read), and a read of the base
         compared its own coordinates with the value's.
         """
-        key = self.version[buffer]
-        if key not in self._coarse:
-            return _Placed(key, written)
         shift = self._shifted.get(key)
         if shift is None or shift.base in self._coarse or not _relative_to(buffer, shift.ends):
-            return _Placed(key, None)
+            return None
         placed = []
         for w in written:
             if w.geom is None or w.geom[3] != shift.itemsize or not contains(shift.whole, w):
-                return _Placed(key, None)
+                return None
             size, stride, off, itemsize = w.geom
             placed.append(
                 region_of_geometry(
                     (size, stride, off + shift.delta), shift.root, shift.dense, itemsize
                 )
             )
-        return _Placed(key, placed)
+        return placed
 
     def forget(self, node: fx.Node) -> None:
         """``node`` was removed from the graph: its reads no longer happen."""
@@ -785,8 +776,9 @@ class AliasAnalysis:
         if written is None:
             return []  # Note [An empty write]
         pos = self.position[node]
-        cls = self.memory_class(self.version[buffer])
-        placed = self._placed(buffer, written)
+        wkey = self.version[buffer]
+        cls = self.memory_class(wkey)
+        placed = self._placed(wkey, buffer, written) if wkey in self._coarse else written
         live = self._live(self._live_lazy, cls)
         exhausted, hits = [], []
         for key in live:
@@ -801,7 +793,7 @@ class AliasAnalysis:
             if not pending and i == len(reads):
                 exhausted.append(key)
                 continue
-            hits.extend(r.node for r in pending if self._hits(key, r, written, placed))
+            hits.extend(r.node for r in pending if self._hits(key, r, written, wkey, placed))
         self._drop(live, exhausted)
         return list(dict.fromkeys(hits))
 
@@ -816,8 +808,9 @@ class AliasAnalysis:
         if written is None:
             return []  # Note [An empty write]
         pos = self.position[node]
-        cls = self.memory_class(self.version[buffer])
-        placed = self._placed(buffer, written)
+        wkey = self.version[buffer]
+        cls = self.memory_class(wkey)
+        placed = self._placed(wkey, buffer, written) if wkey in self._coarse else written
         hits: list[_Read] = []
         live = self._live(self._live_later, cls)
         exhausted = []
@@ -832,7 +825,7 @@ class AliasAnalysis:
                 continue
             for i in range(start, len(reads)):
                 read = reads[i]
-                if self._hits(key, read, written, placed):
+                if self._hits(key, read, written, wkey, placed):
                     hits.append(read)
         self._drop(live, exhausted)
         hits.sort(key=lambda r: r.pos)

@@ -166,7 +166,7 @@ def main() -> None:
     for backend in args.backends.split(","):
         for name in names:
             for strategy in args.strategies.split(","):
-                if (name, strategy, backend) in done:
+                if backend not in PROGRAMS[name].backends or (name, strategy, backend) in done:
                     continue
                 row = run_one(name, strategy, backend)
                 rows.append(row)

@@ -63,6 +63,9 @@ class Program:
     backward: bool = False  # sum the outputs that require grad, backward, compare .grad
     compiled_autograd: bool = False  # run that backward under compiled autograd
     atol: float = 1e-5
+    # the backends it runs on: torch.export refuses some programs whatever handles their ops
+    # (aliased graph inputs, a mutated module-level tensor), PyTorch's built-in included
+    backends: tuple[str, ...] = ("aot_eager", "inductor", "export", "export_compile")
 
 
 # -- strategies ---------------------------------------------------------------------------------

@@ -987,3 +987,6 @@ def issue_scatter_result_mutated_and_copied_back(x, v):
 
 variant("vllm_rotary_qkv_split_dynamic", vllm_rotary_qkv_split, dynamic=True,
         source=TVL + "TestRotaryEmbeddingSliceScatter (dynamic=True, as vLLM compiles)")
+
+
+from . import field  # noqa: E402,F401 - registers the field programs (suite "field")
