@@ -18,7 +18,7 @@ from torch import fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ..hops.adapter import Mutation
-from ..symbolic import contiguous_or_false, is_symbolic, overlaps_itself
+from ..symbolic import contiguous_or_false, overlaps_itself
 from .alias import VIEW_OPS
 from .emit import CloneKind, emit, pin_layout
 from .facts import Buffer, Pass, aliased_args, written_regions
@@ -108,10 +108,6 @@ def _own_value(target: Any) -> bool:
     if not isinstance(target, torch._ops.OpOverload) or target in VIEW_OPS:
         return False
     return not any(r.alias_info is not None for r in target._schema.returns)
-
-
-def _symbolic(val: torch.Tensor) -> bool:
-    return any(is_symbolic(v) for v in (*val.shape, *val.stride()))
 
 
 class InductorPolicy(Policy):
@@ -234,7 +230,10 @@ class InductorPolicy(Policy):
             or not isinstance(root.target, torch._ops.OpOverload)
             or not isinstance(root.meta.get("val"), torch.Tensor)
             or not lazy_under_inductor(root)
-            or (_symbolic(root.meta["val"]) and free_unbacked_symbols(root.meta["val"]))
+            or (
+                root.meta["val"]._has_symbolic_sizes_strides
+                and free_unbacked_symbols(root.meta["val"])
+            )
         ):
             return
         first = chain[-1]  # the view of the root
