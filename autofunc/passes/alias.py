@@ -537,24 +537,16 @@ class AliasAnalysis:
         """The region of ``read`` (of coarse version ``key``) in the coordinates of the base it
         was merged into, where Note [A call's value read where it was written] places it;
         ``None`` where it cannot (the read then overlaps everything)."""
-        shift = self._shifted.get(key)
-        if shift is None or read.coarse or shift.base in self._coarse:
+        if read.coarse:
             return None
-        val = read.arg.meta["val"]
-        own = self._read_region(read)
-        if val.element_size() != shift.itemsize or not contains(shift.whole, own):
-            return None
-        if not _relative_to(read.arg, shift.ends):
-            return None
-        size, stride, off = tuple(val.shape), tuple(val.stride()), val.storage_offset()
-        return region_of_geometry(
-            (size, stride, off + shift.delta), shift.root, shift.dense, shift.itemsize
-        )
+        placed = self._placed(key, read.arg, [self._read_region(read)])
+        return None if placed is None else placed[0]
 
-    def _placed(self, key: Any, buffer: fx.Node, written: list[Region]) -> list[Region] | None:
-        """``written`` (regions of the coarse version ``key``, written through ``buffer``) in
-        the coordinates of the base that version was merged into; ``None`` where they cannot
-        be placed there.
+    def _placed(self, key: Any, node: fx.Node, regions: list[Region]) -> list[Region] | None:
+        """``regions`` (of the coarse version ``key``, read or written through ``node``) in the
+        coordinates of the base that version was merged into; ``None`` where they cannot be
+        placed there: a region not inside the version's root, of another element size, or of
+        a node that is no chain of relative views of the root.
 
         Note [Written and read in two coordinates]
         Regions are in their own version's coordinates. A call's value merged into a base at
@@ -572,13 +564,13 @@ class AliasAnalysis:
         compared its own coordinates with the value's.
         """
         shift = self._shifted.get(key)
-        if shift is None or shift.base in self._coarse or not _relative_to(buffer, shift.ends):
+        if shift is None or shift.base in self._coarse or not _relative_to(node, shift.ends):
             return None
         placed = []
-        for w in written:
-            if w.geom is None or w.geom[3] != shift.itemsize or not contains(shift.whole, w):
+        for r in regions:
+            if r.geom is None or r.geom[3] != shift.itemsize or not contains(shift.whole, r):
                 return None
-            size, stride, off, itemsize = w.geom
+            size, stride, off, itemsize = r.geom
             placed.append(
                 region_of_geometry(
                     (size, stride, off + shift.delta), shift.root, shift.dense, itemsize
