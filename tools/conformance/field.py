@@ -186,7 +186,7 @@ def _views_of_base():
 
 
 @_program(I153389 + " (x1=x[0], x2=x[1] graph inputs of one base; bar_out(x1[0], x2[0], out))",
-      ("inc2", "bar_out"), _views_of_base)
+          ("inc2", "bar_out"), _views_of_base)
 def i153389_views_of_one_base(x1, x2, out):
     fops.inc2(x1, x2)
     fops.bar_out(x1[0], x2[0], out)
@@ -194,7 +194,7 @@ def i153389_views_of_one_base(x1, x2, out):
 
 
 @_program(I153389 + " (same, views taken before the first op)", ("inc2", "bar_out"),
-      lambda: (torch.randn(3, 3), torch.zeros(3, 3)))
+          lambda: (torch.randn(3, 3), torch.zeros(3, 3)))
 def i153389_views_taken_before(x, out):
     x1, x2 = x[0], x[1]
     a, b = x1[0], x2[0]
@@ -207,21 +207,21 @@ I131192 = "https://github.com/pytorch/pytorch/issues/131192"
 
 
 @_program(I131192 + " (mutated arg a column of a graph input)", ("sin_",),
-      lambda: (torch.randn(4, 5),))
+          lambda: (torch.randn(4, 5),))
 def i131192_column_of_input(x):
     fops.sin_(x[:, 1])
     return x.sum(0)
 
 
 @_program(I131192 + " (graph input itself non-contiguous: x = base.t())", ("sin_",),
-      lambda: (torch.randn(5, 4).t(),))
+          lambda: (torch.randn(5, 4).t(),))
 def i131192_transposed_graph_input(x):
     fops.sin_(x)
     return x[0] * 1
 
 
 @_program(I131192 + " (mutated arg a stepped slice of a slice of a graph input, row 0 read after)",
-      ("sin_",), lambda: (torch.randn(4, 6),))
+          ("sin_",), lambda: (torch.randn(4, 6),))
 def i131192_stepped_view_of_view(x):
     v = x[1:][:, ::2]
     fops.sin_(v)
@@ -232,7 +232,7 @@ I127821 = "https://github.com/pytorch/pytorch/issues/127821"
 
 
 @_program(I127821 + " (Tensor[] input, out written into a full() buffer, read downstream)",
-      ("cat_into",), lambda: (torch.randn(4, 3), torch.randn(2, 3), torch.randn(2, 3)))
+          ("cat_into",), lambda: (torch.randn(4, 3), torch.randn(2, 3), torch.randn(2, 3)))
 def i127821_cat_into_full(x, y, z):
     buf = torch.full((2, 12), 1.0)
     fops.cat_into(buf, [x, y, z])
@@ -240,7 +240,7 @@ def i127821_cat_into_full(x, y, z):
 
 
 @_program(I127821 + " (cat into the second half of a buffer that is also read before)",
-      ("cat_into",), lambda: (torch.randn(4, 3), torch.randn(2, 3)))
+          ("cat_into",), lambda: (torch.randn(4, 3), torch.randn(2, 3)))
 def i127821_cat_into_half(x, y):
     buf = torch.ones(2, 15) * 3
     before = buf[1].sum()
@@ -252,7 +252,7 @@ I198031 = "https://github.com/pytorch/pytorch/issues/198031"
 
 
 @_program(I198031 + " (y = x.clone(); reverse_into(y, x); y returned too)", ("reverse_into",),
-      lambda: (torch.arange(8.0) + torch.randn(8),))
+          lambda: (torch.arange(8.0) + torch.randn(8),))
 def i198031_clone_src_returned(x):
     y = x.clone()
     fops.reverse_into(y, x)
@@ -260,7 +260,7 @@ def i198031_clone_src_returned(x):
 
 
 @_program(I198031 + " (clone of a transposed view as src, dst the transposed view)",
-      ("reverse_into",), lambda: (torch.randn(3, 5),))
+          ("reverse_into",), lambda: (torch.randn(3, 5),))
 def i198031_transposed_clone(x):
     xt = x.t()
     y = xt.clone()
@@ -269,7 +269,7 @@ def i198031_transposed_clone(x):
 
 
 @_program(I198031 + " (src a view of the dst's base, read through: op(x[1], x[0]))",
-      ("reverse_into",), lambda: (torch.randn(2, 6),))
+          ("reverse_into",), lambda: (torch.randn(2, 6),))
 def i198031_src_is_sibling_row(x):
     b = x * 1
     fops.reverse_into(b[1], b[0])
@@ -326,7 +326,7 @@ def _kv_nb2_inputs(blocks=4, bs=4, heads=2, dim=4, tokens=5):
 
 
 @_program(VLLM_FLASH + " (layout [num_blocks, 2, ...], unbind(1): strided caches)",
-      ("cache_write",), _kv_nb2_inputs)
+          ("cache_write",), _kv_nb2_inputs)
 def vllm_kv_unbind1_layout(kv, key, value, slots):
     kc, vc = kv.unbind(1)
     fops.cache_write(key, value, kc, vc, slots)
@@ -337,7 +337,7 @@ variant("vllm_kv_unbind1_layout_inference", vllm_kv_unbind1_layout, inference_mo
 
 
 @_program(VLLM_FLASH + " (kv cache written, old value of cache read before)", ("cache_write",),
-      _kv_nb2_inputs)
+          _kv_nb2_inputs)
 def vllm_kv_old_cache_read(kv, key, value, slots):
     kc, vc = kv.unbind(1)
     snapshot = kc * 1
@@ -398,7 +398,7 @@ variant("sgl_fused_add_rms_two_layers_dynamic", sgl_fused_add_rms_two_layers, dy
 
 
 @_program(SGL_NORM + " (hidden the first half of a gate/up matmul output)", ("fused_add_rms_norm",),
-      _norm_inputs)
+          _norm_inputs)
 def sgl_fused_add_rms_on_split(h, res_buf, ws, norm_w):
     residual = res_buf[: h.shape[0]].clone()
     gu = torch.cat([h @ ws[0], h @ ws[1]], dim=-1)
@@ -425,7 +425,7 @@ def fsdp_adam_flat_split(flat, state, grad, step):
 
 
 @_program(FSDP_ADAM + " (step counter read before and after, two steps)", ("adam_step",),
-      _adam_inputs)
+          _adam_inputs)
 def fsdp_adam_two_steps(flat, state, grad, step):
     before = step * 1
     ps = [flat[:4], flat[4:]]
@@ -440,7 +440,7 @@ I144072 = "https://github.com/pytorch/pytorch/issues/144072 (optional mutable ar
 
 
 @_program(I144072 + " (optional mutated arg a slice of an intermediate that is returned)",
-      ("scale_opt",), lambda: (torch.randn(4, 4), torch.randn(4)))
+          ("scale_opt",), lambda: (torch.randn(4, 4), torch.randn(4)))
 def optional_slice_of_intermediate(x, y):
     b = x.exp()
     fops.scale_opt(b[1:3], y)
@@ -452,7 +452,7 @@ PR115135 = "https://github.com/pytorch/pytorch/pull/115135 (ops that mutate and 
 
 
 @_program(PR115135 + " (returned tensor then mutated by another op; mutated arg a view)",
-      ("add_ret", "sin_"), lambda: (torch.randn(4, 3), torch.randn(3)))
+          ("add_ret", "sin_"), lambda: (torch.randn(4, 3), torch.randn(3)))
 def pr115135_return_then_mutate(x, y):
     r = fops.add_ret(x[1:], y)
     fops.sin_(r)
@@ -460,7 +460,7 @@ def pr115135_return_then_mutate(x, y):
 
 
 @_program(PR115135 + " (mutated arg a transposed view of an intermediate)", ("add_ret",),
-      lambda: (torch.randn(3, 4), torch.randn(3)))
+          lambda: (torch.randn(3, 4), torch.randn(3)))
 def pr115135_transposed_intermediate(x, y):
     b = x + 0
     r = fops.add_ret(b.t(), y)
@@ -483,14 +483,14 @@ PR134409 = "https://github.com/pytorch/pytorch/pull/134409 (v2 regenerates views
 
 
 @_program(PR134409 + " (mutated arg an as_strided view of a graph input)", ("sin_",),
-      lambda: (torch.randn(12),))
+          lambda: (torch.randn(12),))
 def pr134409_as_strided_input(x):
     fops.sin_(x.as_strided((3, 2), (4, 1), 1))
     return x * 1
 
 
 @_program(PR134409 + " (mutated arg the diagonal of an intermediate)", ("sin_",),
-      lambda: (torch.randn(4, 4),))
+          lambda: (torch.randn(4, 4),))
 def pr134409_diagonal(x):
     b = x * 2
     d = b.diagonal()
@@ -505,14 +505,14 @@ I136064 = "https://github.com/pytorch/pytorch/issues/136064 (mutation through a 
 
 
 @_program(I136064 + " (op mutates x.view(int32) of a float graph input)", ("xor_bits",),
-      lambda: (torch.randn(6),))
+          lambda: (torch.randn(6),))
 def i136064_int_view_of_float_input(x):
     fops.xor_bits(x.view(torch.int32))
     return x * 1
 
 
 @_program(I136064 + " (op mutates a row of an int32 view of a float intermediate)", ("xor_bits",),
-      lambda: (torch.randn(3, 4),))
+          lambda: (torch.randn(3, 4),))
 def i136064_int_view_row_of_intermediate(x):
     b = x + 1
     fops.xor_bits(b.view(torch.int32)[1])
@@ -523,7 +523,7 @@ ROPE_COMPLEX = "Llama apply_rotary_emb: view_as_real / view_as_complex views"
 
 
 @_program(ROPE_COMPLEX + " (op mutates view_as_real of a complex graph input)", ("sin_",),
-      lambda: (torch.randn(4, 3, dtype=torch.complex64),))
+          lambda: (torch.randn(4, 3, dtype=torch.complex64),))
 def complex_view_as_real_input(z):
     fops.sin_(torch.view_as_real(z))
     return z.abs()
@@ -565,7 +565,7 @@ def list_of_unbind_views(kv, y):
 
 
 @_program(UNBIND_LIST + " (one tensor twice in the list)", ("add_list",),
-      lambda: (torch.randn(4), torch.randn(4)))
+          lambda: (torch.randn(4), torch.randn(4)))
 def list_same_tensor_twice(x, y):
     b = x * 1
     fops.add_list([b, b], y)
@@ -696,7 +696,7 @@ OUT_ALIAS = ("test_auto_functionalize.py::test_auto_functionalize_extra3 family:
 
 
 @_program(OUT_ALIAS + " (view taken before the call, returned)", ("sin_",),
-      lambda: (torch.randn(3, 4),))
+          lambda: (torch.randn(3, 4),))
 def out_view_taken_before(x):
     v = x[1]
     fops.sin_(x)
@@ -707,7 +707,7 @@ variant("out_view_taken_before_inference", out_view_taken_before, inference_mode
 
 
 @_program(OUT_ALIAS + " (mutated row returned, and the input reshaped)", ("sin_",),
-      lambda: (torch.randn(3, 4),))
+          lambda: (torch.randn(3, 4),))
 def out_row_and_flat(x):
     fops.sin_(x[1])
     return x.view(-1), x[1]
@@ -729,7 +729,7 @@ variant("overlapping_windows_read_between_dynamic", overlapping_windows_read_bet
 
 
 @_program(INTERLEAVE + " (on an intermediate, then a native in-place op on the same view)",
-      ("sin_",), lambda: (torch.randn(4, 3),))
+          ("sin_",), lambda: (torch.randn(4, 3),))
 def native_then_custom_same_view(x):
     b = x.exp()
     v = b[0]
@@ -754,7 +754,7 @@ SAME_IN_CALL = ("PR #198260 / issue #198031 family: the same tensor as src and d
 
 
 @_program(SAME_IN_CALL + " (sin_into(b, b): whole-tensor read then write)", ("sin_into",),
-      lambda: (torch.randn(5),))
+          lambda: (torch.randn(5),))
 def sin_into_same_tensor(x):
     b = x * 3
     fops.sin_into(b, b)
@@ -762,14 +762,14 @@ def sin_into_same_tensor(x):
 
 
 @_program(SAME_IN_CALL + " (reverse_into(x, x) on a graph input: elementwise aliasing)",
-      ("reverse_into",), lambda: (torch.randn(6),))
+          ("reverse_into",), lambda: (torch.randn(6),))
 def reverse_into_same_input(x):
     fops.reverse_into(x, x)
     return x * 1
 
 
 @_program(SAME_IN_CALL + " (sin_into(x[0], x[1]): rows of one input)", ("sin_into",),
-      lambda: (torch.randn(3, 4),))
+          lambda: (torch.randn(3, 4),))
 def sin_into_sibling_rows(x):
     fops.sin_into(x[0], x[1])
     fops.sin_into(x[1], out=x[2])
@@ -786,7 +786,7 @@ def permuted_head_view(x):
 
 
 @_program(PERMUTE + " (unsqueeze + slice of an intermediate)", ("sin_",),
-      lambda: (torch.randn(4, 6),))
+          lambda: (torch.randn(4, 6),))
 def unsqueeze_slice_intermediate(x):
     b = x.relu()
     fops.sin_(b.unsqueeze(0)[:, 1:, ::3])
@@ -808,7 +808,7 @@ LLAMA_COMPLEX = ("Llama apply_rotary_emb: xq_ = view_as_complex(xq.reshape(..., 
 
 
 @_program(LLAMA_COMPLEX, ("crot",),
-      lambda: (torch.randn(3, 8), torch.polar(torch.ones(3, 4), torch.randn(3, 4))))
+          lambda: (torch.randn(3, 8), torch.polar(torch.ones(3, 4), torch.randn(3, 4))))
 def llama_view_as_complex(xq, freqs):
     b = xq * 1
     z = torch.view_as_complex(b.view(3, 4, 2))
@@ -817,7 +817,7 @@ def llama_view_as_complex(xq, freqs):
 
 
 @_program(LLAMA_COMPLEX + " (on the graph input itself)", ("crot",),
-      lambda: (torch.randn(3, 8), torch.polar(torch.ones(3, 4), torch.randn(3, 4))))
+          lambda: (torch.randn(3, 8), torch.polar(torch.ones(3, 4), torch.randn(3, 4))))
 def llama_view_as_complex_input(xq, freqs):
     fops.crot(torch.view_as_complex(xq.view(3, 4, 2)), freqs)
     return xq.sum()
@@ -852,7 +852,7 @@ variant("mixed_aten_and_custom_dynamic", mixed_aten_and_custom, dynamic=True)
 _ROWS = (6, 9, 4)
 
 @_program(NARROW + " (rows change per call)", ("sin_",),
-      lambda i: (torch.randn(_ROWS[i % 3], 3),), dynamic=True, calls=3)
+          lambda i: (torch.randn(_ROWS[i % 3], 3),), dynamic=True, calls=3)
 def narrow_symbolic_varying(x):
     n = x.shape[0]
     fops.sin_(x.narrow(0, n // 2, n - n // 2))
@@ -860,7 +860,7 @@ def narrow_symbolic_varying(x):
 
 
 @_program(INTERLEAVE + " (rows change per call)", ("sin_",),
-      lambda i: (torch.randn(_ROWS[i % 3], 3),), dynamic=True, calls=3)
+          lambda i: (torch.randn(_ROWS[i % 3], 3),), dynamic=True, calls=3)
 def overlapping_windows_varying(x):
     n = x.shape[0]
     fops.sin_(x[0: n - 1])
@@ -879,7 +879,7 @@ def _kv_var(i):
 
 
 @_program(VLLM_FLASH + " (token count changes per call)", ("cache_write",), _kv_var, dynamic=True,
-      calls=3)
+          calls=3)
 def vllm_kv_varying_tokens(kv, key, value, slots):
     kc, vc = kv.unbind(1)
     fops.cache_write(key, value, kc, vc, slots)
@@ -896,7 +896,7 @@ def _norm_var(i):
 
 
 @_program(SGL_NORM + " (token count changes per call)", ("fused_add_rms_norm",), _norm_var,
-      dynamic=True, calls=3)
+          dynamic=True, calls=3)
 def sgl_fused_add_rms_varying(h, res_buf, ws, norm_w):
     residual = res_buf[: h.shape[0]]
     for layer in range(2):
@@ -910,7 +910,7 @@ UNBACKED = ("test_auto_functionalize.py::test_alias2 family (unbacked sizes): "
 
 
 @_program(UNBACKED, ("sin_",), lambda: (torch.randn(8),),
-      dynamo_config=(("capture_scalar_outputs", True),
+          dynamo_config=(("capture_scalar_outputs", True),
                      ("capture_dynamic_output_shape_ops", True)))
 def unbacked_prefix(x):
     n = (x > 0).sum().item()
@@ -956,7 +956,7 @@ class _BwdSlice(torch.autograd.Function):
 
 
 @_program(TIP_PARTITIONER + " (the backward writes a slice of a zeros buffer)", ("sin_into",),
-      _grad_in, backward=True)
+          _grad_in, backward=True)
 def backward_writes_slice(x):
     return _BwdSlice.apply(x)
 
@@ -991,7 +991,7 @@ def opaque_read_before_and_after(x):
 
 
 @_program(OPAQUE_READ + " (only the opaque read after, of a view made before)", ("sin_",),
-      lambda: (torch.randn(3, 4),))
+          lambda: (torch.randn(3, 4),))
 def opaque_read_after_only(x):
     b = x * 1
     v = b[:, 1]

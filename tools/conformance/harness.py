@@ -65,7 +65,7 @@ class Program:
     atol: float = 1e-5
     # the backends it runs on: torch.export refuses some programs whatever handles their ops
     # (aliased graph inputs, a mutated module-level tensor), PyTorch's built-in included
-    backends: tuple[str, ...] = ("aot_eager", "inductor", "export", "export_compile")
+    backends: tuple[str, ...] = BACKENDS
 
 
 # -- strategies ---------------------------------------------------------------------------------
