@@ -27,7 +27,7 @@ from .hops.common import allow_hops_in_dynamo as _allow_hops_in_dynamo
 from .explain import explain
 from .hops.v1 import auto_functionalized_v1
 from .hops.v2 import auto_functionalized_v2
-from .passes.reinplace import reinplace
+from .passes import reinplace as _pass
 from .passes.report import CallReport, Decision, Reason, Report
 from .registry import Registration, functionalize, override, register
 
@@ -64,7 +64,7 @@ __version__ = "0.1.0"
 # (through these hooks), the first functionalized call, ``explain`` with Inductor, or the first
 # use of ``autofunc.inductor`` or ``autofunc.reinplace_triton_kernels`` (``__getattr__``). A graph holding autofunc's HOPs exists only after one of those.
 def _install_inductor_pass() -> None:
-    from .inductor import install_pass
+    from .backends.inductor.glue import install_pass
 
     install_pass()
 
@@ -72,9 +72,54 @@ def _install_inductor_pass() -> None:
 def _uninstall_inductor_pass() -> None:
     import sys
 
-    glue = sys.modules.get(__name__ + ".inductor")  # never installed if never imported
+    glue = sys.modules.get(__name__ + ".backends.inductor.glue")  # never installed if never imported
     if glue is not None:
         glue.uninstall_pass()
+
+
+def reinplace(
+    gm,
+    *,
+    enable: bool = True,
+    is_inference: bool | None = None,
+    policy=None,
+    for_inductor: bool | None = None,
+) -> Report:
+    """The re-inplace pass on ``gm`` (:func:`autofunc.passes.reinplace.reinplace`, whose
+    docstring says what it does).
+
+    ``for_inductor`` is deprecated (one release), use ``policy``: ``True`` is Inductor's policy
+    (``autofunc.backends.inductor.policy.INDUCTOR``), ``False`` the generic one.
+
+    Raises:
+        TypeError: both ``policy`` and ``for_inductor`` given.
+    """
+    if for_inductor is not None:
+        policy = _deprecated_policy(policy, for_inductor)
+    return _pass.reinplace(gm, enable=enable, is_inference=is_inference, policy=policy)
+
+
+def _deprecated_policy(policy, for_inductor: bool):
+    """The policy the deprecated ``for_inductor`` stands for."""
+    import warnings
+
+    if policy is not None:
+        raise TypeError(
+            "autofunc.reinplace takes policy= or the deprecated for_inductor=, not both; "
+            "drop for_inductor"
+        )
+    warnings.warn(
+        "autofunc.reinplace(for_inductor=...) is deprecated and will be removed in the next "
+        "release: pass policy=autofunc.backends.inductor.policy.INDUCTOR for True, or nothing "
+        "(autofunc.passes.policy.GENERIC) for False",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if not for_inductor:
+        return None
+    from .backends.inductor.policy import INDUCTOR
+
+    return INDUCTOR
 
 
 _registry.add_backend_hook(_allow_hops_in_dynamo)

@@ -57,7 +57,7 @@ def explain(
 
 def _explain_inductor(fn: Callable, args: tuple, kwargs: dict, dynamic: bool | None) -> Report:
     # first: Note [Importing the compiler beside a first compile]
-    from .inductor import collect_reports, install_pass
+    from .backends.inductor.glue import collect_reports, install_pass
 
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config

@@ -343,12 +343,14 @@ def test_import_loads_neither_dynamo_nor_inductor():
 
     program = (
         "import sys, torch, autofunc\n"
-        "print(sorted(m for m in ('torch._dynamo', 'torch._inductor.config', 'autofunc.inductor',"
+        "print(sorted(m for m in ('torch._dynamo', 'torch._inductor.config',"
+        " 'autofunc.backends.inductor.glue',"
         " 'sympy', 'torch.fx.experimental.symbolic_shapes') if m in sys.modules))\n"
         "from tools import corpus\n"
         "autofunc.register(corpus.add_)\n"
         "import torch._inductor.config as c\n"
-        "print(type(c.post_grad_custom_post_pass).__name__, 'autofunc.inductor' in sys.modules)\n"
+        "print(type(c.post_grad_custom_post_pass).__name__,"
+        " 'autofunc.backends.inductor.glue' in sys.modules)\n"
     )
     root = Path(__file__).resolve().parents[1]  # where ``tools`` imports from
     out = subprocess.run(

@@ -1,5 +1,5 @@
 """Diagnostics on a cache hit (issue 32 item 3; Note [Reports on a cache hit] in
-autofunc/inductor.py): the second run of a compiled program, a fresh process with the first
+autofunc/backends/inductor/glue.py): the second run of a compiled program, a fresh process with the first
 run's Inductor cache, shows the same report as the first through ``collect_reports``,
 ``last_reports``, ``counters["autofunc"]``, ``TORCH_LOGS=autofunc`` and the trace artifact,
 though its graph comes from the cache and autofunc's pass does not run. Plus the report's JSON
@@ -191,7 +191,7 @@ def _report() -> Report:
 def test_a_hit_delivers_the_stored_report_as_a_compile_would() -> None:
     from torch._dynamo.utils import counters
 
-    from autofunc import inductor
+    from autofunc.backends.inductor import glue as inductor
 
     counters["autofunc"].clear()
     with inductor.collect_reports() as reports:
@@ -214,7 +214,7 @@ def test_a_hit_delivers_the_stored_report_as_a_compile_would() -> None:
 def test_a_hit_without_a_stored_report_says_so_once(monkeypatch, caplog) -> None:
     import logging
 
-    from autofunc import inductor
+    from autofunc.backends.inductor import glue as inductor
 
     monkeypatch.setattr(inductor.registry, "registrations", lambda: {"ns::op": "v2"})
     monkeypatch.setattr(inductor, "_said", set())
@@ -237,7 +237,7 @@ def test_a_hit_without_a_stored_report_says_so_once(monkeypatch, caplog) -> None
 def test_the_cache_hooks_wrap_inductor_once() -> None:
     import torch
 
-    from autofunc import inductor
+    from autofunc.backends.inductor import glue as inductor
 
     torch.compile(lambda x: x + 1)(torch.ones(2))
     inductor._hook_inductor_cache()  # idempotent

@@ -1,5 +1,5 @@
 """autofunc's decisions where PyTorch's compile diagnostics go (Note [Diagnostics the PyTorch
-way] in autofunc/inductor.py): ``TORCH_LOGS=+autofunc`` (the report at INFO, each decision at
+way] in autofunc/backends/inductor/glue.py): ``TORCH_LOGS=+autofunc`` (the report at INFO, each decision at
 DEBUG), the structured trace ``tlparse`` reads, and ``torch._dynamo.utils.counters``. One
 compile of the decoder through Inductor in a fresh process."""
 

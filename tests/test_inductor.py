@@ -1,4 +1,4 @@
-"""Tests for autofunc/inductor.py's cache key (Note [The cache key covers the graph's code])."""
+"""Tests for autofunc/backends/inductor/glue.py's cache key (Note [The cache key covers the graph's code])."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _closure(roots: list[str]) -> set[str]:
 def test_the_key_hashes_everything_the_pass_and_the_registry_import():
     # A module the pass, the HOPs or the registry import decides what a compiled graph holds;
     # a cache key without it would serve stale graphs after that module changed.
-    roots = ["autofunc.inductor", "autofunc.registry"]
+    roots = ["autofunc.inductor", "autofunc.backends.inductor.glue", "autofunc.registry"]
     for package in (autofunc.hops, autofunc.passes, autofunc.registry):
         roots += [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
     needed = {_module_file(m).resolve() for m in _closure(roots)}
@@ -77,7 +77,8 @@ def test_the_key_hashes_everything_the_pass_and_the_registry_import():
 
 def test_the_key_hashes_folders_at_any_depth():
     rel = {p.relative_to(_ROOT).as_posix() for p in source_key.graph_sources()}
-    assert {"registry/routing.py", "inductor.py", "hops/v2.py", "passes/reinplace.py"} <= rel
+    want = {"registry/routing.py", "backends/inductor/glue.py", "hops/v2.py", "passes/reinplace.py"}
+    assert want <= rel
     assert not {r for r in rel if r.split("/")[0] in ("bench", "cli.py", "explain.py")}
 
 

@@ -16,8 +16,8 @@ LAYERS = [
     {"hops"},
     {"guards"},
     {"passes", "registry"},
-    {"inductor", "testing"},
-    {"explain"},
+    {"backends", "testing"},
+    {"inductor", "explain"},
     {"__init__"},
     {"bench", "integrations"},
     {"cli"},
@@ -125,3 +125,32 @@ def _assigned(path: Path) -> set[str]:
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
         names.update(t.id for t in targets if isinstance(t, ast.Name))
     return names
+
+
+def _imported_names(path: Path) -> set[str]:
+    """Every module an ``import`` or ``from ... import`` anywhere in ``path`` names (lazy and
+    ``TYPE_CHECKING`` imports included), relative ones resolved to ``autofunc.<...>``."""
+    name = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts)
+    package = name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            out |= {target} | {f"{target}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return out
+
+
+def test_the_pass_knows_no_backend():
+    # The backend-neutral pass asks a Policy; what knows Inductor lives in backends/inductor.
+    wrong = [
+        f"{path.relative_to(ROOT)} imports {m}"
+        for path in sorted((ROOT / "passes").rglob("*.py"))
+        for m in sorted(_imported_names(path))
+        if m.startswith(("autofunc.backends", "torch._inductor", "autofunc.inductor"))
+    ]
+    assert not wrong, wrong

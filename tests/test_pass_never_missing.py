@@ -1,5 +1,5 @@
 """However ``post_grad_custom_post_pass`` is set, autofunc's HOPs are decided by autofunc's
-pass (issue 29, item 2; Note [The pass is never missing] in autofunc/inductor.py).
+pass (issue 29, item 2; Note [The pass is never missing] in autofunc/backends/inductor/glue.py).
 
 Each case compiles one small program under Inductor with the entry set another way: in
 ``torch.compile(options=...)`` and ``compile_fx(config_patches=...)`` (set again around the
@@ -19,7 +19,7 @@ import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, CustomInferenceAwareGraphPass
 
 import autofunc
-from autofunc import inductor
+from autofunc.backends.inductor import glue as inductor
 from autofunc.inductor import collect_reports
 
 
@@ -162,7 +162,7 @@ def test_backstops_wait_for_inductor_code_another_thread_still_imports(monkeypat
     # where it raised AttributeError (test_startup_race.py, 1 run in 20 under load).
     import torch._inductor.codegen.common as common
 
-    from autofunc import inductor
+    from autofunc.backends.inductor import glue as inductor
 
     monkeypatch.setattr(common.__spec__, "_initializing", True, raising=False)
     monkeypatch.delattr(common, "init_backend_registration")

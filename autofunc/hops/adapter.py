@@ -172,7 +172,7 @@ class Mutation:
     def declared_writes(self, buffers: list[Any]) -> list[Any]:
         """Which of ``buffers`` (what the direct call's slots are regenerated from, in buffer
         order) the pass declares written around the direct call, where the policy asks (Note
-        [Writes Inductor cannot see] in passes/inductor_ops.py). By default none: a custom
+        [Writes Inductor cannot see] in backends/inductor/ops.py). By default none: a custom
         op's schema tells the backend what it writes."""
         return []
 

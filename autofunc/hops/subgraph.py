@@ -16,7 +16,7 @@ the clones. This adapter reads it as a :class:`~autofunc.hops.adapter.Mutation`,
 rules decide every clone (where PyTorch's re-inplacing would, after autofunc's pass); the direct
 call is ``invoke_subgraph`` itself on the buffers or their clones, with its writes declared
 around it where the backend cannot see them (Note [Writes Inductor cannot see] in
-passes/inductor_ops.py). Nodes around an ``OpOverload`` (PyTorch's handling of an op autofunc
+backends/inductor/ops.py). Nodes around an ``OpOverload`` (PyTorch's handling of an op autofunc
 does not own) are not this adapter's (``accepts``): they stay PyTorch's, as the baseline.
 
 Note [Regions are PyTorch's v2 calls]

@@ -17,7 +17,7 @@ the ``vllm.general_plugins`` entry point (``pyproject.toml``). Unset or ``0``, i
 Note [autofunc in vLLM's pass manager]
 vLLM's compile mode hands Inductor its ``PostGradPassManager`` as ``post_grad_custom_post_pass``
 through config patches (which replace autofunc's pass there, Note [The pass is never missing]
-in ``autofunc/inductor.py``). The manager runs vLLM's fusion passes, which match PyTorch's v1
+in ``autofunc/backends/inductor/glue.py``). The manager runs vLLM's fusion passes, which match PyTorch's v1
 nodes, then clean-ups, an unsafe clone elimination, and last ``FixFunctionalizationPass``,
 vLLM's hand-written list of ops it de-functionalizes "blindly". autofunc's pass belongs exactly
 there: after the fusions (which must still see the functional nodes) and after the clone

@@ -717,7 +717,7 @@ class AliasAnalysis:
         memory of its own by then, as the op writes that memory. The lazy nodes that fed it
         (``buf = x * 1``, cloned for a call on ``buf[:, 0]``) are then no longer read through
         it: a later call writing ``x`` does not count ``buf``'s use by the copy as a pending
-        read of ``x``, and the frontier of its lazy reads (``lazy_reads.py``) stops at the
+        read of ``x``, and the frontier of its lazy reads (``backends/inductor/lazy_reads.py``) stops at the
         copy. Before, the copy, emitted after the analysis's walk, had no known place of
         computation, and the walk went through it to the copy's users after the later call:
         the later call then kept a clone of ``x``.

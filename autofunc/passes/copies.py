@@ -29,7 +29,7 @@ Inductor's own re-inplacing runs after autofunc's pass and turns each remaining 
 without tags. :func:`account_copies` gives such a ``copy_`` the kind of the scatter whose
 source it copies (the source nodes of the tagged scatters carry it) and such a ``clone`` the
 kind of the ``copy_`` that writes into it, so a report re-counted after Inductor's passes
-(``autofunc.inductor``) still names what each copy is for.
+(``autofunc/backends/inductor/glue.py``) still names what each copy is for.
 """
 
 from __future__ import annotations

@@ -238,15 +238,13 @@ def outputs_regenerated_from_inputs(out: fx.Node) -> frozenset[int]:
     *fresh* outputs, which come back from the graph). Known only inside a compile, from the
     ``ViewAndMutationMeta`` AOTAutograd puts on the tracing context for the graph it compiles:
     its user outputs follow the mutated inputs it returns. Outside one (``torch.export``,
-    AOTInductor, a graph given to the pass by hand) no output is exempt.
+    a graph given to the pass by hand) no output is exempt; a backend that compiles ahead of
+    time (AOTInductor) says so through its policy (``Policy.outputs_regenerated``).
     """
     try:
         from torch._functorch._aot_autograd.schemas import OutputType
         from torch._guards import TracingContext
-        from torch._inductor.virtualized import V
 
-        if V.aot_compilation:
-            return frozenset()
         context = TracingContext.try_get()
         meta = getattr(context, "fw_metadata", None)
         infos = getattr(meta, "output_info", None)

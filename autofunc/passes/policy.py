@@ -9,7 +9,7 @@ repairs before the facts and after the rewrite (Note [Pipeline] in ``reinplace.p
 :class:`Policy` is the protocol, and its own answers are the generic ones: a backend that runs
 the graph as it stands (eager ATen, ``aot_eager``, ``torch.export``), where every node runs at
 its place and every tensor has the strides the graph records; :data:`GENERIC` is its instance.
-Inductor's policy is ``InductorPolicy`` (``INDUCTOR``) in ``inductor_policy.py``, which holds
+Inductor's policy is ``InductorPolicy`` (``INDUCTOR``) in ``autofunc/backends/inductor/policy.py``, which holds
 every piece of Inductor knowledge the pass uses. A new backend subclasses :class:`Policy`,
 overrides what its backend does differently, and passes an instance to ``reinplace``.
 
@@ -59,7 +59,7 @@ class Policy:
     lazy_reader: ClassVar[Callable[[fx.Node], bool] | None] = None
     # ``realizer(user, node)``: whether the backend, where it evaluates ``user``, computes the
     # lazy ``node`` into a buffer of its own at the latest (Note [Values computed where they
-    # are taken] in inductor_policy.py); ``None``: no such knowledge, nothing is bounded.
+    # are taken] in backends/inductor/policy.py); ``None``: no such knowledge, nothing is bounded.
     realizer: ClassVar[Callable[[fx.Node, fx.Node], bool] | None] = None
     realizer_targets: ClassVar[tuple[Any, ...]] = ()  # the targets ``realizer`` can hold for
 
@@ -68,6 +68,14 @@ class Policy:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+    # -- facts (Note [Pipeline] step 2) ---------------------------------------------------------
+
+    def outputs_regenerated(self, positions: frozenset[int]) -> frozenset[int]:
+        """Of the graph's outputs AOTAutograd's runtime wrapper regenerates from the inputs
+        (``positions``, Note [Outputs AOTAutograd regenerates from inputs] in facts.py), those
+        it still regenerates where this backend runs the graph. Here: all of them."""
+        return positions
 
     # -- repairs (Note [Pipeline] steps 1 and 5) ------------------------------------------------
 

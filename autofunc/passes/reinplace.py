@@ -14,8 +14,8 @@ The pass runs these steps, in this order; the modules cite them by number.
    storages.
 1. Repairs before: the ``repairs_before()`` of the :class:`~autofunc.passes.policy.Policy`
    given, graph rewrites that work around the backend's lowering and that the facts must see.
-   ``GENERIC`` has none; ``INDUCTOR``'s (``inductor_policy.py``) are in
-   ``inductor_repairs.py``.
+   ``GENERIC`` has none; Inductor's (``autofunc/backends/inductor/policy.py``) are in
+   ``autofunc/backends/inductor/repairs.py``.
 2. Facts, once per graph (``facts.py``, ``alias.py``): the graph's epilogue copy-backs, its
    outputs (those AOTAutograd regenerates from inputs apart), the tensors a training forward
    saves, and the alias analysis over versions, memory classes and reads.
@@ -52,7 +52,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
-import warnings
 from typing import Any
 
 import torch
@@ -122,7 +121,6 @@ def reinplace(
     enable: bool = True,
     is_inference: bool | None = None,
     policy: Policy | None = None,
-    for_inductor: bool | None = None,
 ) -> Report:
     """Rewrite every autofunc HOP call in ``gm`` into a direct call of its op.
 
@@ -169,17 +167,12 @@ def reinplace(
         policy: what the backend that lowers ``gm`` does that the rules and the rewrite must
             respect (:class:`~autofunc.passes.policy.Policy`); ``None`` is ``GENERIC``, a
             backend that runs the graph as it stands. The Inductor glue passes ``INDUCTOR``
-            (``autofunc.passes.inductor_policy``).
-        for_inductor: deprecated (one release), use ``policy``: ``True`` is ``INDUCTOR``,
-            ``False`` ``GENERIC``.
+            (``autofunc.backends.inductor.policy``).
 
     Returns:
         A :class:`Report` with one :class:`CallReport` per HOP call.
-
-    Raises:
-        TypeError: both ``policy`` and ``for_inductor`` given.
     """
-    policy = _policy(policy, for_inductor)
+    policy = GENERIC if policy is None else policy
     # Note [Several adapters per target] in hops/adapter.py; Note [Fake values read plainly]
     with reading_once(), torch._C.DisableTorchFunctionSubclass():
         return _reinplace(gm, enable, is_inference, policy)
@@ -223,7 +216,7 @@ def _reinplace(
             repair(gm.graph)
         tag_new_copies(gm.graph, before, CopyKind.REPAIR)  # Note [Every copy in the report]
     out = gm.graph.output_node()  # step 2: the facts
-    regenerated = outputs_regenerated_from_inputs(out)
+    regenerated = policy.outputs_regenerated(outputs_regenerated_from_inputs(out))
     ctx = Pass(
         gm=gm,
         analysis=AliasAnalysis(
@@ -260,29 +253,6 @@ def _reinplace(
     gm.recompile()
     report.copies = account_copies(gm.graph)  # Note [Every copy in the report] in copies.py
     return report
-
-
-def _policy(policy: Policy | None, for_inductor: bool | None) -> Policy:
-    """``policy``, or the one the deprecated ``for_inductor`` stands for."""
-    if for_inductor is None:
-        return GENERIC if policy is None else policy
-    if policy is not None:
-        raise TypeError(
-            "autofunc.reinplace takes policy= or the deprecated for_inductor=, not both; "
-            "drop for_inductor"
-        )
-    warnings.warn(
-        "autofunc.reinplace(for_inductor=...) is deprecated and will be removed in the next "
-        "release: pass policy=autofunc.passes.inductor_policy.INDUCTOR for True, or nothing "
-        "(autofunc.passes.policy.GENERIC) for False",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    if not for_inductor:
-        return GENERIC
-    from .inductor_policy import INDUCTOR  # only for the deprecated for_inductor=True
-
-    return INDUCTOR
 
 
 def _mutation_nodes(graph: fx.Graph) -> list[fx.Node]:
@@ -416,12 +386,12 @@ def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> 
     if plan.inplace and buf.op != "placeholder":
         fold_scatters(ctx, buf)
         # after the fold: the scatters of the next buffers still start from the root (Note
-        # [A written view of an unrealized buffer] in inductor_policy.py)
+        # [A written view of an unrealized buffer] in backends/inductor/policy.py)
         ctx.policy.pin_root(ctx, buf)
     realizer = ctx.policy.realizer
     if plan.inplace and realizer is not None:
         # what the pins on the way to the op make the backend compute before the call (Note
-        # [Values computed where they are taken] in inductor_policy.py)
+        # [Values computed where they are taken] in backends/inductor/policy.py)
         for view in view_walk(base):
             if view.op == "call_function" and view.args and realizer(view, view.args[0]):
                 analysis.computed_by(view.args[0], analysis.position[node])
@@ -463,7 +433,7 @@ def _emit_call(
     # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.
     val = m.direct_value(node.meta.get("val"), n)
     val = NO_VAL if val is RUN_FAKE else val
-    # Note [Writes Inductor cannot see] in inductor_ops.py: the policy declares them, if need be
+    # Note [Writes Inductor cannot see] in backends/inductor/ops.py: the policy declares them, if need be
     written = list(dict.fromkeys(m.declared_writes(new_bufs)))
     ctx.policy.declare_writes(ctx, written)
     call = emit(ctx, direct.target, direct.args, direct.kwargs, val=val)

@@ -3,7 +3,7 @@
 Pure data plus rendering; nothing here inspects graphs. A :class:`Decision` is falsy when the
 buffer was cloned, so ``if decision:`` reads as "written in place". A report round-trips through
 JSON (``Report.to_json``/``Report.from_json``): Inductor's cache stores it with the compiled
-graph (Note [Reports on a cache hit] in autofunc/inductor.py).
+graph (Note [Reports on a cache hit] in autofunc/backends/inductor/glue.py).
 """
 
 from __future__ import annotations

@@ -413,7 +413,7 @@ def _lazy_read(q: Query) -> Verdict:
     # memory in place: it does not order such pending reads before a custom op's mutation.
     # PyTorch's own re-inplacing miscompiles this case. Where computing those values before the
     # call costs less than a clone of the buffer, the rewrite does that instead (Note [Lazy
-    # reads computed before the call] in lazy_reads.py). Which nodes are lazy, and how to
+    # reads computed before the call] in backends/inductor/lazy_reads.py). Which nodes are lazy, and how to
     # compute them before the call, is the policy's (``Policy.lazy_reader``,
     # ``Policy.plan_realization``; none under GENERIC).
     ctx = q.ctx

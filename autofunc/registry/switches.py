@@ -1,5 +1,5 @@
 """What autofunc's pass is switched on for besides the registered ops, and the key a compiled
-graph's cache entry must carry for it. Backend-neutral: a backend's glue (``inductor.py``)
+graph's cache entry must carry for it. Backend-neutral: a backend's glue (``backends/inductor/glue.py``)
 reads these, none is defined there.
 
 - ``reinplace_triton_kernels``, ``reinplace_nested_regions``, ``reinplace_pytorch_nodes``: the

@@ -14,7 +14,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 import autofunc
 from autofunc import views
 from autofunc.hops import adapter
-from autofunc.passes.inductor_ops import WRITTEN
+from autofunc.backends.inductor.ops import WRITTEN
 from autofunc.passes.emit import emit
 from autofunc.passes.policy import Policy
 from autofunc.schema import op_info

@@ -411,7 +411,7 @@ def test_whether_inductor_drops_view_offsets_is_read_off_its_lowering():
 
     from torch._inductor import lowering
 
-    from autofunc.passes.inductor_repairs import _inductor_drops_view_offsets
+    from autofunc.backends.inductor.repairs import _inductor_drops_view_offsets
 
     source = inspect.getsource(lowering.as_strided)
     assert _inductor_drops_view_offsets() == ("get_layout().offset" not in source)
@@ -422,7 +422,7 @@ def test_offsets_made_explicit_where_inductor_drops_them(strategy_name, monkeypa
     # Found on torch 2.11 (fuzz seed 1234 #203): the span clone's views are as_strided of a
     # slice of the clone, which that Inductor placed at the clone's start. On a torch without
     # the bug the rewrite is forced here: the program must stay right with it.
-    from autofunc.passes import inductor_repairs as pass_module
+    from autofunc.backends.inductor import repairs as pass_module
 
     monkeypatch.setattr(pass_module, "_inductor_drops_view_offsets", lambda: True)
     with autofunc.override(strategy_name, fuzz.OPS):
@@ -456,7 +456,7 @@ def fuzz_seed0_0(a):  # fuzz seed 0 #0, wrong under v1 on torch 2.11 (views of a
 def test_explicit_offsets_keep_programs_right(program, strategy_name, monkeypatch):
     # The rewrite forced on this torch: views of graph inputs (an fp8 view of the second layer
     # of a uint8 cache, written over the first on torch 2.11's CUDA) and of computed buffers.
-    from autofunc.passes import inductor_repairs as pass_module
+    from autofunc.backends.inductor import repairs as pass_module
 
     monkeypatch.setattr(pass_module, "_inductor_drops_view_offsets", lambda: True)
     if program == "fuzz_seed0_0":
@@ -475,7 +475,7 @@ def test_explicit_offsets_keep_programs_right(program, strategy_name, monkeypatc
 def test_explicit_as_strided_offsets_rewrites_views_of_computed_buffers():
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from autofunc.passes.inductor_repairs import _explicit_as_strided_offsets
+    from autofunc.backends.inductor.repairs import _explicit_as_strided_offsets
 
     def f(x):
         buf = x + 1  # a computed buffer
@@ -501,7 +501,7 @@ def test_explicit_as_strided_offsets_rewrites_views_of_computed_buffers():
         torch.testing.assert_close(got, expected, equal_nan=True)
 
 
-# -- equal views of an input merged for Inductor (passes/share_views.py) ----------------------
+# -- equal views of an input merged for Inductor (backends/inductor/share_views.py) ---
 
 
 def kv_write_then_read(kv):
@@ -516,7 +516,7 @@ def kv_write_then_read(kv):
 def test_equal_views_of_an_input_are_lowered_once(strategy_name, monkeypatch):
     # The pass regenerates kv[l][0] and kv[l][1] for the write, and the later read takes the
     # same views again: the merge leaves one node per view, and the program stays right.
-    from autofunc.passes import inductor_repairs as pass_module
+    from autofunc.backends.inductor import repairs as pass_module
 
     merged = []
     real = pass_module.share_input_views
@@ -737,7 +737,7 @@ def test_a_copy_a_call_wrote_is_no_pending_read():
 def test_a_view_of_the_frontier_bigger_than_its_base_is_not_moved():
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-    from autofunc.passes.lazy_reads import plan_realization
+    from autofunc.backends.inductor.lazy_reads import plan_realization
 
     def f(x, y):
         b = x * 2  # read by the call's buffer, lazy
@@ -772,7 +772,7 @@ def test_a_view_of_the_frontier_bigger_than_its_base_is_not_moved():
 def test_realization_plan_is_the_frontier_and_its_cost():
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-    from autofunc.passes.lazy_reads import plan_realization
+    from autofunc.backends.inductor.lazy_reads import plan_realization
 
     def f(x, y):
         b = x * 2  # read by the call's buffer
@@ -861,7 +861,7 @@ def test_a_value_an_op_or_a_view_takes_stays_lazy(row_strategy, fn):
 
 
 def test_only_a_value_as_strided_takes_is_computed_there():
-    from autofunc.passes.inductor_policy import computed_where_taken
+    from autofunc.backends.inductor.policy import computed_where_taken
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
@@ -1177,7 +1177,7 @@ def native_write_between_calls(x):
 
 
 def test_a_written_view_of_an_unrealized_buffer_with_dynamic_sizes(strategy):
-    # Note [A written view of an unrealized buffer] in inductor_policy.py: backed symbolic
+    # Note [A written view of an unrealized buffer] in backends/inductor/policy.py: backed symbolic
     # sizes are pinned too. Unpinned, v1 had Inductor compute the row into a buffer of its own
     # and the scatter into another: three allocations where the returned clone is the only one
     from torch._inductor.utils import run_and_get_code

@@ -175,7 +175,7 @@ def test_the_switch_leaves_regions_to_pytorch(strategy):
 
 
 def test_the_adapter_reads_view_entries(strategy):
-    import autofunc.inductor as glue
+    import autofunc.backends.inductor.glue as glue
     from autofunc.hops.subgraph import SubgraphAdapter
 
     read = []
@@ -405,9 +405,9 @@ def strided_read_operand_of_two_regions(b):
 
 @pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
 def test_a_strided_read_operand_of_a_region_keeps_its_layout(fuzz_strategy):
-    # _restrided_for_a_later_region in passes/lazy_reads.py: realized densely for the second
-    # call, the operand had two layouts and Inductor raised "subgraph args must have consistent
-    # values"
+    # _restrided_for_a_later_region in backends/inductor/lazy_reads.py: realized densely for the
+    # second call, the operand had two layouts and Inductor raised "subgraph args must have
+    # consistent values"
     torch.manual_seed(0)
     _check_with_fuzz_ops(
         strided_read_operand_of_two_regions, fuzz_strategy, torch.randn(6).double()

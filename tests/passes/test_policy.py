@@ -11,7 +11,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 import autofunc
 from autofunc import Reason
 from autofunc.passes.emit import CloneKind
-from autofunc.passes.inductor_policy import INDUCTOR, InductorPolicy
+from autofunc.backends.inductor.policy import INDUCTOR, InductorPolicy
 from autofunc.passes.policy import GENERIC, Policy
 from autofunc.passes.report import Report
 from autofunc.testing import compile_capture, same_result
@@ -44,7 +44,7 @@ def _functional_graph(fn):
 
 
 def test_the_inductor_glue_passes_the_inductor_policy(monkeypatch):
-    from autofunc import inductor
+    from autofunc.backends.inductor import glue as inductor
 
     seen = []
 

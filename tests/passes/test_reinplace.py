@@ -10,7 +10,7 @@ import torch
 import autofunc
 from autofunc import Reason
 from autofunc.hops.adapter import mutation_targets
-from autofunc.passes.inductor_policy import INDUCTOR
+from autofunc.backends.inductor.policy import INDUCTOR
 from autofunc.passes.policy import GENERIC
 from autofunc.testing import compile_capture, count_targets, run_against_eager
 from tools import corpus

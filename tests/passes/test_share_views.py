@@ -1,4 +1,4 @@
-"""``passes.share_views.share_input_views`` on its own, on graphs that mutate through views."""
+"""``backends.inductor.share_views.share_input_views`` on its own, on graphs that mutate through views."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from autofunc.passes.share_views import share_input_views
+from autofunc.backends.inductor.share_views import share_input_views
 from autofunc.testing import same_result
 from tools import corpus
 

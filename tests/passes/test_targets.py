@@ -10,7 +10,7 @@ import torch
 
 from autofunc.passes.alias import SCATTER_VIEWS, VIEW_OPS, _read_kind
 from autofunc.passes.emit import _name_of
-from autofunc.passes.inductor_policy import _lazy_target
+from autofunc.backends.inductor.policy import _lazy_target
 from autofunc.passes.targets import per_target
 
 

@@ -1,5 +1,5 @@
 """Lazy reads computed before a call instead of a clone of the buffer: Inductor's policy's
-``plan_realization``, ``plan_move_back`` and ``realize`` (``inductor_policy.py``), the only
+``plan_realization``, ``plan_move_back`` and ``realize`` (``policy.py``), the only
 importer of this module; under a policy without lazy readers nothing here runs.
 
 Note [Lazy reads computed before the call]
@@ -50,11 +50,11 @@ from typing import Any, NamedTuple
 import torch
 from torch import fx
 
-from ..hops.adapter import mutation_targets, read_node
-from ..symbolic import is_symbolic, nbytes_hint
-from .alias import VIEW_OPS
-from .emit import emit
-from .walks import users_through_views, view_root
+from ...hops.adapter import mutation_targets, read_node
+from ...symbolic import is_symbolic, nbytes_hint
+from ...passes.alias import VIEW_OPS
+from ...passes.emit import emit
+from ...passes.walks import users_through_views, view_root
 
 _aten = torch.ops.aten
 

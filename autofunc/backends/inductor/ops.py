@@ -1,8 +1,8 @@
 """The two ops Inductor's policy has the pass emit (``InductorPolicy.alias`` and
-``InductorPolicy.declare_writes`` in ``inductor_policy.py``): ``autofunc::fresh_alias`` and
+``InductorPolicy.declare_writes`` in ``policy.py``): ``autofunc::fresh_alias`` and
 ``autofunc::written``. Defined here, with the Inductor knowledge, not by the emitter: under
 :data:`~autofunc.passes.policy.GENERIC` the pass emits ``aten.alias`` and declares nothing.
-Importing this module defines them (``inductor_repairs`` does, and every graph Inductor
+Importing this module defines them (``repairs`` does, and every graph Inductor
 compiles with them has imported it).
 """
 

@@ -1,4 +1,4 @@
-"""The graph repairs of Inductor's policy (``inductor_policy.py``), run before the facts
+"""The graph repairs of Inductor's policy (``policy.py``), run before the facts
 (``REPAIRS_BEFORE``) and after the rewrite (``REPAIRS_AFTER``), Note [Pipeline] steps 1 and 5
 in ``reinplace.py``; each repair names the Inductor behaviour it works around. Imports the
 pass's steps but not ``reinplace.py``, nor any Inductor configuration.
@@ -15,16 +15,16 @@ import torch
 from torch import fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from ..hops.adapter import mutation_targets
-from .alias import VIEW_OPS
-from .emit import emit_clone
-from .facts import Pass
+from ...hops.adapter import mutation_targets
+from ...passes.alias import VIEW_OPS
+from ...passes.emit import emit_clone
+from ...passes.facts import Pass
 from .share_views import share_input_views
-from .walks import copy_calls, input_copies, users_through_views, view_root, view_walk
+from ...passes.walks import copy_calls, input_copies, users_through_views, view_root, view_walk
 
 __all__ = ["REPAIRS_AFTER", "REPAIRS_BEFORE"]
 
-log = logging.getLogger("autofunc.passes.inductor_repairs")
+log = logging.getLogger("autofunc.backends.inductor.repairs")
 
 _aten = torch.ops.aten
 
@@ -361,7 +361,7 @@ def _allocate_at_first_use(ctx: Pass) -> None:
                 first.prepend(node)
 
 
-# The repairs of Inductor's policy (``inductor_policy.InductorPolicy``), in the order they run.
+# The repairs of Inductor's policy (``policy.InductorPolicy``), in the order they run.
 REPAIRS_BEFORE = (
     _keep_old_copy_sources,  # Note [Copies of inputs that the graph mutates]
     _as_strided_of_roots,  # Note [as_strided of a view under Inductor]

@@ -2,8 +2,8 @@
 piece of Inductor knowledge the pass uses, behind the protocol of ``policy.py``. What Inductor
 evaluates lazily, and the late reads computed before a call instead of a clone
 (``lazy_reads.py``); the copies and pins its layout choices need (Note [Clones for Inductor]);
-the two ops it needs emitted (``inductor_ops.py``); its repairs (``inductor_repairs.py``). The
-Inductor glue (``autofunc/inductor.py``) passes ``INDUCTOR`` to ``reinplace``. Imports the
+the two ops it needs emitted (``ops.py``); its repairs (``repairs.py``). The
+Inductor glue (``autofunc/backends/inductor/glue.py``) passes ``INDUCTOR`` to ``reinplace``. Imports the
 pass's steps but not ``reinplace.py``, nor any Inductor configuration.
 """
 
@@ -17,18 +17,18 @@ import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from ..hops.adapter import Mutation
-from ..symbolic import contiguous_or_false, overlaps_itself
-from .alias import VIEW_OPS
-from .emit import CloneKind, emit, pin_layout
-from .facts import Buffer, Pass, aliased_args, written_regions
-from .inductor_ops import FRESH_ALIAS, WRITTEN
-from .inductor_repairs import REPAIRS_AFTER, REPAIRS_BEFORE
+from ...hops.adapter import Mutation
+from ...symbolic import contiguous_or_false, overlaps_itself
+from ...passes.alias import VIEW_OPS
+from ...passes.emit import CloneKind, emit, pin_layout
+from ...passes.facts import Buffer, Pass, aliased_args, written_regions
+from .ops import FRESH_ALIAS, WRITTEN
+from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
 from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
-from .policy import Policy
-from .rules import Query
-from .targets import per_target
-from .walks import view_walk
+from ...passes.policy import Policy
+from ...passes.rules import Query
+from ...passes.targets import per_target
+from ...passes.walks import view_walk
 
 __all__ = ["INDUCTOR", "InductorPolicy", "computed_where_taken", "lazy_under_inductor"]
 
@@ -124,6 +124,12 @@ class InductorPolicy(Policy):
         computed_where_taken
     )
     realizer_targets: ClassVar[tuple[Any, ...]] = (_aten.as_strided.default,)
+
+    def outputs_regenerated(self, positions: frozenset[int]) -> frozenset[int]:
+        # AOTInductor compiles ahead of time: its wrapper regenerates no output from the inputs
+        from torch._inductor.virtualized import V
+
+        return frozenset() if V.aot_compilation else positions
 
     def repairs_before(self) -> Sequence[Callable[[fx.Graph], Any]]:
         return REPAIRS_BEFORE
@@ -244,13 +250,13 @@ class InductorPolicy(Policy):
     # -- the direct call --------------------------------------------------------------------------
 
     def alias(self, ctx: Pass, node: fx.Node) -> fx.Node:
-        # Note [A fresh alias Inductor keeps] in inductor_ops.py
+        # Note [A fresh alias Inductor keeps] in ops.py
         return emit(ctx, FRESH_ALIAS, (node,))
 
     def declare_writes(
         self, ctx: Pass, written: list[fx.Node], call: fx.Node | None = None, num_returns: int = 0
     ) -> None:
-        # Note [Writes Inductor cannot see] in inductor_ops.py
+        # Note [Writes Inductor cannot see] in ops.py
         if not written:
             return
         after = [] if call is None else _tensor_outputs(ctx, call, num_returns)
@@ -260,7 +266,7 @@ class InductorPolicy(Policy):
 def _tensor_outputs(ctx: Pass, call: fx.Node, n: int) -> list[fx.Node]:
     """The tensor outputs of ``call`` (``getitem``s of it, or the call itself), which the
     declaration after it takes so that the call stays even when nothing else uses them (Note
-    [Writes Inductor cannot see] in inductor_ops.py)."""
+    [Writes Inductor cannot see] in ops.py)."""
     val = call.meta.get("val")
     if isinstance(val, torch.Tensor):
         return [call]
