@@ -40,7 +40,7 @@ def _imports(name: str, path: Path, mods: dict, top_only: bool) -> set[str]:
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     tree = ast.parse(path.read_text())
     out = set()
-    for node in tree.body if top_only else ast.walk(tree):
+    for node in _top_level(tree) if top_only else ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
@@ -53,6 +53,17 @@ def _imports(name: str, path: Path, mods: dict, top_only: bool) -> set[str]:
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
     return {m for m in out if m in mods and m != name}
+
+
+def _top_level(tree: ast.Module) -> list[ast.stmt]:
+    """The module's own statements, with those of its ``if TYPE_CHECKING:`` blocks: a circle
+    that only a type checker sees still makes two modules one."""
+    out = []
+    for node in tree.body:
+        out.append(node)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out += node.body
+    return out
 
 
 def _part(module: str) -> str:

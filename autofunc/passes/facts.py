@@ -6,30 +6,19 @@ and their regions (step 3a). Pure queries of the graph; nothing here rewrites it
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .. import views
 from ..hops.adapter import Mutation
-from ..regions import Region, overlaps
-from ..symbolic import is_plain, plain_fields
-from .alias import AliasAnalysis
-from .emit import (
-    fake_values,
-)
-from .policy import Policy
+from ..regions import overlaps
+from .context import Buffer, SavedTensors
 from .walks import input_copies
 
 __all__ = [
-    "Buffer",
-    "Pass",
-    "SavedTensors",
     "aliased_args",
     "buffers",
     "epilogue_copies",
@@ -40,61 +29,12 @@ __all__ = [
     "output_positions",
     "outputs_regenerated_from_inputs",
     "saved_tensors",
-    "written_regions",
 ]
 
 log = logging.getLogger("autofunc.passes.facts")
 
 
-@dataclasses.dataclass
-class Pass:
-    """What one run of the pass knows: the analysis and the facts gathered before rewriting."""
-
-    gm: fx.GraphModule
-    analysis: AliasAnalysis
-    epilogue: dict[fx.Node, fx.Node]  # placeholder -> copy_(placeholder, new)
-    outputs: list[fx.Node]  # tensors the graph returns
-    fake_mode: FakeTensorMode
-    enable: bool
-    training: bool
-    policy: Policy  # the backend's behaviours the pass respects (policy.py)
-    # graph inputs some call writes in place (Note [Returned values of written inputs])
-    written_inputs: set[fx.Node] = dataclasses.field(default_factory=set)
-    # positions of the outputs AOTAutograd regenerates from inputs (Note [Outputs AOTAutograd
-    # regenerates from inputs]), read once
-    regenerated: frozenset[int] = frozenset()
-    # the forward's saved tensors, where known (Note [Saved values of written inputs])
-    saved: SavedTensors | None = None
-    # what the copies ``emit`` inserts now are made for (``copies.copying``)
-    copying_for: tuple | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class SavedTensors:
-    """Where a training forward graph returns the tensors it saves for the backward, and the
-    list of those the backward may reuse the memory of (AOTAutograd's ``bw_donated_idxs``,
-    shared with the backward's compile: dropping an index keeps that tensor's memory)."""
-
-    positions: range  # of the graph's flat outputs
-    first_index: int  # the donated index of the tensor at ``positions[0]``
-    donated: list[int]
-
-    def donated_index(self, position: int) -> int:
-        return self.first_index + position - self.positions.start
-
-
 # -- step 3a: what each call writes -----------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Buffer:
-    """One mutable buffer of a call: a v2 base or a v1 mutable tensor, and its output slot."""
-
-    node: fx.Node
-    out_index: Any  # the key of the HOP's output that holds its copy (``Mutation.output_keys(i)[0]``)
-    args: list[str]  # labels of the mutable arguments regenerated from it
-    chains: list[views.ViewChain]  # the chain of each, relative (Note [Relative chains])
-    written: list[Region] | None = None  # memo of written_regions()
 
 
 def buffers(m: Mutation) -> list[Buffer]:
@@ -103,66 +43,6 @@ def buffers(m: Mutation) -> list[Buffer]:
         bufs[slot.buffer].args.append(slot.label)
         bufs[slot.buffer].chains.append(slot.relative_chain)
     return bufs
-
-
-def written_regions(analysis: AliasAnalysis, buf: Buffer) -> list[Region]:
-    """The regions of ``buf``'s version that the op may write (computed once per buffer)."""
-    if buf.written is None:
-        val = buf.node.meta["val"]
-        geom = (tuple(val.shape), tuple(val.stride()), val.storage_offset())
-        buf.written = [_written(analysis, buf.node, val, geom, c) for c in buf.chains]
-    return buf.written
-
-
-def _written(
-    analysis: AliasAnalysis, node: fx.Node, val: Any, geom: tuple, chain: views.ViewChain
-) -> Region:
-    """The region of ``node``'s version that ``chain`` applied to ``node`` (value ``val``,
-    geometry ``geom``) covers.
-
-    Note [Written regions memoized]
-    A decoder asks this for every layer with the same chain (one object: ``decode_views``
-    shares the chains of a plain wire), the same buffer geometry and the same root geometry, a
-    different layer's cache but the same numbers. Where all of them are ints (no SymInt, no
-    node in the chain's steps) the answer is a pure function of those ints and the dtype, kept
-    per chain object: the chain holds its own memo, so it lives exactly as long as the chain.
-    """
-    root = analysis.root_geometry(node)
-    plain = all(is_plain(x) for x in (*geom, *root[0]))
-    key = (geom, val.dtype, root) if plain else None
-    memo = chain.__dict__.get("_written_memo") if key is not None else None
-    if memo is not None:
-        region = memo.get(key)
-        if region is not None:
-            return region
-    itemsize = val.element_size()
-    region = analysis.region_of_geometry(
-        node,
-        _values(chain).shifted(geom[2]).geometry(*geom, itemsize=itemsize),
-        chain.dtype(val.dtype).itemsize,  # Note [Dtype views]: regions are in bytes
-    )
-    if key is not None and all(plain_fields(s) for s in chain.steps):
-        if memo is None:
-            memo = {}
-            object.__setattr__(chain, "_written_memo", memo)  # a frozen dataclass's own memo
-        if len(memo) < 64:
-            memo[key] = region
-    return region
-
-
-def _values(chain: views.ViewChain) -> views.ViewChain:
-    """A chain read off graph kwargs holds symbolic values as nodes; use their fake values."""
-    if not any(_holds_node(s) for s in chain.steps):
-        return chain
-
-    def fake(x: Any) -> Any:
-        return fake_values(x)
-
-    steps = tuple(
-        type(s)(**{f.name: fake(getattr(s, f.name)) for f in dataclasses.fields(s)})
-        for s in chain.steps
-    )
-    return views.ViewChain(steps)
 
 
 def output_of(node: fx.Node, buf: Buffer) -> fx.Node | None:
@@ -288,13 +168,6 @@ def _nodes_in(value: Any) -> list[fx.Node]:
         return [n for v in value.values() for n in _nodes_in(v)]
     return []
 
-
-def _holds_node(step: Any) -> bool:
-    return any(
-        isinstance(x, fx.Node)
-        or (isinstance(x, (list, tuple)) and any(isinstance(y, fx.Node) for y in x))
-        for x in vars(step).values()
-    )
 
 
 def epilogue_copies(graph: fx.Graph) -> dict[fx.Node, fx.Node]:

@@ -14,7 +14,8 @@ from typing import Any
 from torch import fx
 
 from .emit import emit_clone
-from .facts import Pass, flat_outputs
+from .context import Pass
+from .facts import flat_outputs
 from .walks import copy_calls
 
 __all__ = ["copy_returned_inputs", "keep_saved_inputs", "remove_self_copies"]

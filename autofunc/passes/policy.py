@@ -13,24 +13,22 @@ Inductor's policy is ``InductorPolicy`` (``INDUCTOR``) in ``autofunc/backends/in
 every piece of Inductor knowledge the pass uses. A new backend subclasses :class:`Policy`,
 overrides what its backend does differently, and passes an instance to ``reinplace``.
 
-Imports nothing of the pass but the emitter, so every phase may import it.
+Imports nothing of the pass but its shared types (``context.py``) and the emitter, so every
+phase may import it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import fx
 
+from ..hops.adapter import Mutation
 from ..symbolic import contiguous_or_false, known, overlaps_itself
+from .context import Buffer, Pass, Query
 from .emit import CloneKind, emit
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..hops.adapter import Mutation
-    from .facts import Buffer, Pass
-    from .rules import Query
 
 __all__ = ["GENERIC", "Policy"]
 

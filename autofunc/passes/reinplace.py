@@ -91,9 +91,8 @@ from .emit import (
     inherit_unbacked_bindings,
     pin_layout,
 )
+from .context import Buffer, Pass, Query
 from .facts import (
-    Buffer,
-    Pass,
     buffers,
     epilogue_copies,
     output_nodes,
@@ -103,7 +102,7 @@ from .facts import (
 from .outputs import copy_returned_inputs, keep_saved_inputs, remove_self_copies
 from .policy import GENERIC, Policy
 from .report import CallReport, Decision, Reason, Report
-from .rules import RULES, Query, Rule, decide
+from .rules import RULES, Rule, decide
 from .scatters import fold_scatters
 from .stale_views import refresh_stale_views
 from .walks import view_walk

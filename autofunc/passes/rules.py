@@ -30,30 +30,19 @@ R10  old value read later                ``READ_LATER``
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import functools
 from typing import Any, Callable, NamedTuple
 
 import torch.fx as fx
 
-from ..hops.adapter import Mutation
-from ..regions import Region
 from ..symbolic import contiguous_or_false, overlaps_itself, nbytes_hint
 from .alias import SCATTER_VIEWS
-from .facts import (
-    Buffer,
-    Pass,
-    aliased_args,
-    other_tensor_args,
-    output_of,
-    output_positions,
-    written_regions,
-)
+from .context import Buffer, Pass, Provided, Query, written_regions
+from .facts import aliased_args, other_tensor_args, output_of, output_positions
 from .scatters import SAME_BYTES, all_scatters_fold
 from .walks import users_through_views, view_root, view_walk
 
-__all__ = ["RULES", "Provided", "Query", "Rule", "Ruling", "Verdict", "decide"]
+__all__ = ["RULES", "Reason", "Rule", "Ruling", "Verdict", "decide"]
 
 class Reason(enum.Enum):
     """Why a buffer was written in place (``INPLACE``) or kept its clone: the rules' objections
@@ -96,59 +85,6 @@ class Reason(enum.Enum):
 
 
 # -- step 3b: decide --------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Query:
-    """What one decision looks at: a buffer of a call, and the pass's facts about it."""
-
-    ctx: Pass
-    node: fx.Node  # the HOP call
-    m: Mutation
-    buf: Buffer
-    bufs: list[Buffer]  # every buffer of the call, ``buf`` among them
-    inplace: tuple[Buffer, ...] = ()  # the buffers of the call already written in place
-    copies: tuple[fx.Node, ...] = ()  # the copies of its buffers already cloned, which it writes
-    # what an earlier rule made its consent depend on (set by ``decide`` only): "old value
-    # read later" adds the reads "lazy read under Inductor" moves to its own
-    provided: Provided | None = None
-
-    @functools.cached_property
-    def root(self) -> fx.Node:
-        analysis = self.ctx.analysis
-        return analysis.root[analysis.version[self.buf.node]]
-
-    @functools.cached_property
-    def written(self) -> list[Region]:
-        return written_regions(self.ctx.analysis, self.buf)
-
-    def written_here(self, node: fx.Node) -> bool:
-        """Whether ``node`` now denotes memory this call writes (a buffer of the call decided
-        before this one: written in place, or the copy it was cloned into): after the call it
-        names the new value.
-
-        A copy counts as much as a buffer written in place (fuzz seed 20261351 #3: in
-        ``m3way(r2, a, r2)`` under Inductor, ``r2`` was cloned, then ``a`` written in place
-        with the lazy reads of ``a`` computed before the call, and the clone, fed by them and
-        used after the call as the op's result, was computed before the call as a pending read
-        of ``a``: its later user read the clone's value before the op wrote it)."""
-        analysis = self.ctx.analysis
-        return (
-            node in self.copies
-            or any(analysis.same_memory(node, c) for c in self.copies)
-            or any(analysis.same_memory(node, b.node) for b in self.inplace)
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Provided:
-    """A rule's consent on a condition: in place, provided ``realize`` is done first: a plan of
-    the policy's (``Policy.plan_realization``, ``Policy.plan_move_back``: the lazy values
-    computed before the call, Notes [Lazy reads computed before the call], [Reads moved back
-    before the call]) that ``Policy.realize`` carries out. ``readers``: the reads it covers."""
-
-    realize: Any
-    readers: tuple[fx.Node, ...] = ()
 
 
 # a reason to clone (and its detail), consent on a condition, or None: no objection

@@ -13,7 +13,7 @@ import torch
 import torch.fx as fx
 
 from .alias import SCATTER_VIEWS, VIEW_OPS, AliasAnalysis
-from .facts import Pass
+from .context import Pass
 from .walks import view_root
 
 __all__ = ["SAME_BYTES", "all_scatters_fold", "fold_scatters"]

@@ -12,7 +12,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from autofunc import Reason
 from autofunc.passes import rules as R
-from autofunc.passes.facts import Buffer
+from autofunc.passes.context import Buffer, Provided, Query
 from autofunc.passes.policy import GENERIC
 from autofunc.testing import compile_capture, same_result
 from tools import corpus
@@ -25,7 +25,7 @@ def _query(buf_node, *, enable=True, version=None, root=None):
     )
     ctx = types.SimpleNamespace(enable=enable, analysis=analysis, policy=GENERIC)
     buf = Buffer(buf_node, 0, ["x"], [])
-    return R.Query(ctx, None, None, buf, [buf])
+    return Query(ctx, None, None, buf, [buf])
 
 
 def _node(graph, op, name, val):
@@ -108,7 +108,7 @@ def test_first_objection_wins(monkeypatch):
 def test_consent_on_a_condition(monkeypatch):
     """A rule that consents on a condition returns the action; the later rules see it
     (``q.provided``), the last one given is the ruling's, and an objection still wins."""
-    first, second = R.Provided("realize first", ("r1",)), R.Provided("realize second")
+    first, second = Provided("realize first", ("r1",)), Provided("realize second")
     heard = []
 
     def rule(name, verdict):

@@ -21,12 +21,12 @@ from ...hops.adapter import Mutation
 from ...symbolic import contiguous_or_false, overlaps_itself
 from ...passes.alias import VIEW_OPS
 from ...passes.emit import CloneKind, emit, pin_layout
-from ...passes.facts import Buffer, Pass, aliased_args, written_regions
+from ...passes.context import Buffer, Pass, Query, written_regions
+from ...passes.facts import aliased_args
 from .ops import FRESH_ALIAS, WRITTEN
 from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
 from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
 from ...passes.policy import Policy
-from ...passes.rules import Query
 from ...passes.targets import per_target
 from ...passes.walks import view_walk
 

@@ -18,7 +18,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from ...hops.adapter import mutation_targets
 from ...passes.alias import VIEW_OPS
 from ...passes.emit import emit_clone
-from ...passes.facts import Pass
+from ...passes.context import Pass
 from .share_views import share_input_views
 from ...passes.walks import copy_calls, input_copies, users_through_views, view_root, view_walk
 
