@@ -40,7 +40,11 @@ __all__ = [
     "call_result",
     "op_outputs",
     "unpack_outputs",
+    "below_autograd",
+    "functionalize_call",
     "register_rules",
+    "run_fake",
+    "trace_call",
     "write_back",
 ]
 
@@ -262,43 +266,67 @@ def write_back(ctx: Any, old: torch.Tensor, new: torch.Tensor) -> None:
     ctx.sync(old)
 
 
-def register_rules(hop: AutofuncHOP, dense: Callable) -> None:
-    """Register the fake, proxy, functionalize and autograd rules every autofunc HOP shares,
-    and let Dynamo record the HOP (Note [Dynamo meets an autofunc HOP]).
+# -- the rules every autofunc HOP shares ------------------------------------------------------
+# Each HOP module defines its rules at module level, named ``<hop>_dense``, ``<hop>_fake``,
+# ``<hop>_proxy``, ``<hop>_functionalize`` and ``<hop>_autograd`` (``autofunc_v1_fake``, ...),
+# each a line calling the shared body below, and registers them in one block at its end with
+# :func:`register_rules`.
 
-    ``dense`` is the strategy's eager implementation; the fake rule runs it under the fake mode so
-    the op's own fake implementation computes the output metadata.
+
+def run_fake(mode: FakeTensorMode, dense: Callable, _op: str, kwargs: dict[str, Any]) -> Any:
+    """The fake rule: the strategy's ``dense`` implementation run under the fake ``mode``, so the
+    op's own fake implementation computes the output metadata."""
+    with mode:
+        return dense(_op, **kwargs)
+
+
+def trace_call(
+    mode: ProxyTorchDispatchMode, hop: AutofuncHOP, _op: str, kwargs: dict[str, Any]
+) -> Any:
+    """The proxy rule: one ``call_function`` node of ``hop`` in the traced graph, its value
+    computed by the HOP with tracing off."""
+    with disable_proxy_modes_tracing():
+        out = hop(_op, **kwargs)
+    proxy_kwargs = pytree.tree_map(mode.tracer.unwrap_proxy, kwargs)
+    proxy = mode.tracer.create_proxy("call_function", hop, (_op,), proxy_kwargs)
+    return track_tensor_tree(out, proxy, constant=None, tracer=mode.tracer)
+
+
+def functionalize_call(ctx: Any, hop: AutofuncHOP, _op: str, kwargs: dict[str, Any]) -> Any:
+    """The functionalize rule: the HOP is functional already; it runs on the unwrapped values."""
+    unwrapped = ctx.unwrap_tensors(kwargs)
+    with ctx.redispatch_to_next():
+        return ctx.wrap_tensors(hop(_op, **unwrapped))
+
+
+def below_autograd(hop: AutofuncHOP, _op: str, kwargs: dict[str, Any]) -> Any:
+    """The autograd rule.
+
+    Note [HOPs below autograd]
+    A registered op is differentiated by its own autograd formula, which runs above
+    functionalization; the HOP is emitted underneath it and is never differentiated itself, so
+    it runs below autograd (like a fallthrough) and returns plain values.
     """
+    with torch._C._AutoDispatchBelowAutograd():
+        return hop(_op, **kwargs)
 
-    def _fake(mode: FakeTensorMode, _op: str, **kwargs: Any):
-        with mode:
-            return dense(_op, **kwargs)
 
-    def _proxy(mode: ProxyTorchDispatchMode, _op: str, **kwargs: Any):
-        with disable_proxy_modes_tracing():
-            out = hop(_op, **kwargs)
-        proxy_kwargs = pytree.tree_map(mode.tracer.unwrap_proxy, kwargs)
-        proxy = mode.tracer.create_proxy("call_function", hop, (_op,), proxy_kwargs)
-        return track_tensor_tree(out, proxy, constant=None, tracer=mode.tracer)
-
-    def _functionalize(ctx: Any, _op: str, **kwargs: Any):
-        unwrapped = ctx.unwrap_tensors(kwargs)
-        with ctx.redispatch_to_next():
-            return ctx.wrap_tensors(hop(_op, **unwrapped))
-
-    def _autograd(_op: str, **kwargs: Any):
-        # Note [HOPs below autograd]
-        # A registered op is differentiated by its own autograd formula, which runs above
-        # functionalization; the HOP is emitted underneath it and is never differentiated
-        # itself, so it runs below autograd (like a fallthrough) and returns plain values.
-        with torch._C._AutoDispatchBelowAutograd():
-            return hop(_op, **kwargs)
-
+def register_rules(
+    hop: AutofuncHOP,
+    *,
+    dense: Callable,
+    fake: Callable,
+    proxy: Callable,
+    functionalize: Callable,
+    autograd: Callable,
+) -> None:
+    """Register a HOP's rules with its dispatch keys and modes, fall through the per-device
+    autograd keys, and let Dynamo record the HOP (Note [Dynamo meets an autofunc HOP])."""
     hop.py_impl(DispatchKey.CompositeExplicitAutograd)(dense)
-    hop.py_impl(FakeTensorMode)(_fake)
-    hop.py_impl(ProxyTorchDispatchMode)(_proxy)
-    hop.py_functionalize_impl(_functionalize)
-    hop.py_impl(DispatchKey.Autograd)(_autograd)
+    hop.py_impl(FakeTensorMode)(fake)
+    hop.py_impl(ProxyTorchDispatchMode)(proxy)
+    hop.py_functionalize_impl(functionalize)
+    hop.py_impl(DispatchKey.Autograd)(autograd)
     hop.fallthrough(DispatchKey.AutogradCPU)
     hop.fallthrough(DispatchKey.AutogradCUDA)
     _not_allowed_yet.append(hop)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
 
 from .. import views
 from ..schema import OpInfo, resolve, op_info
@@ -19,12 +21,26 @@ from .common import (
     clone_exact,
     normalize_args,
     op_outputs,
+    below_autograd,
+    functionalize_call,
     register_rules,
+    run_fake,
+    trace_call,
     write_back,
     written_back_inexactly,
 )
 
-__all__ = ["auto_functionalized_v1", "functionalize_v1", "inexact_slot", "mutable_slots"]
+__all__ = [
+    "auto_functionalized_v1",
+    "autofunc_v1_autograd",
+    "autofunc_v1_dense",
+    "autofunc_v1_fake",
+    "autofunc_v1_functionalize",
+    "autofunc_v1_proxy",
+    "functionalize_v1",
+    "inexact_slot",
+    "mutable_slots",
+]
 
 
 class AutoFunctionalizedV1(AutofuncHOP):
@@ -70,7 +86,7 @@ def inexact_slot(info: OpInfo, kwargs: dict[str, Any]) -> str | None:
     return None
 
 
-def _v1_dense(_op: str, **kwargs: Any) -> tuple:
+def autofunc_v1_dense(_op: str, **kwargs: Any) -> tuple:
     info = op_info(resolve(_op))
     new_kwargs = dict(kwargs)
     new_values = []
@@ -104,9 +120,6 @@ def functionalize_v1(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     return call_result(ctx, info, outs, kw)
 
 
-register_rules(auto_functionalized_v1, _v1_dense)
-
-
 class V1Adapter:
     """Reads an ``autofunc_v1`` call for the re-inplace pass: one buffer per mutable tensor,
     which the op receives as it is (``hops.adapter``)."""
@@ -124,4 +137,33 @@ class V1Adapter:
         return Mutation(info, self.strategy, tuple(t for _, _, t in found), slots, kwargs)
 
 
+# -- the rules of ``autofunc_v1`` (the shared bodies: hops/common.py) -------------------------
+
+
+def autofunc_v1_fake(mode: FakeTensorMode, _op: str, **kwargs: Any) -> tuple:
+    return run_fake(mode, autofunc_v1_dense, _op, kwargs)
+
+
+def autofunc_v1_proxy(mode: ProxyTorchDispatchMode, _op: str, **kwargs: Any) -> tuple:
+    return trace_call(mode, auto_functionalized_v1, _op, kwargs)
+
+
+def autofunc_v1_functionalize(ctx: Any, _op: str, **kwargs: Any) -> tuple:
+    return functionalize_call(ctx, auto_functionalized_v1, _op, kwargs)
+
+
+def autofunc_v1_autograd(_op: str, **kwargs: Any) -> tuple:
+    return below_autograd(auto_functionalized_v1, _op, kwargs)
+
+
+# -- registration -----------------------------------------------------------------------------
+
+register_rules(
+    auto_functionalized_v1,
+    dense=autofunc_v1_dense,
+    fake=autofunc_v1_fake,
+    proxy=autofunc_v1_proxy,
+    functionalize=autofunc_v1_functionalize,
+    autograd=autofunc_v1_autograd,
+)
 register_adapter(auto_functionalized_v1, V1Adapter())

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
 
 from .. import regions, views
 from ..errors import AutofuncError, MalformedViewsError, UnsupportedCallError
@@ -29,23 +31,32 @@ from .common import (
     same_memory,
     same_storage,
     op_outputs,
+    below_autograd,
+    functionalize_call,
     register_rules,
+    run_fake,
+    trace_call,
     write_back,
     written_back_inexactly,
 )
 
 __all__ = [
-    "auto_functionalized_v2",
-    "functionalize_v2",
     "ArgView",
     "Distinct",
-    "ViewsEntry",
-    "encode_views",
-    "decode_views",
     "ReadAlias",
+    "ViewsEntry",
+    "auto_functionalized_v2",
+    "autofunc_v2_autograd",
+    "autofunc_v2_dense",
+    "autofunc_v2_fake",
+    "autofunc_v2_functionalize",
+    "autofunc_v2_proxy",
+    "decode_aliases",
+    "decode_views",
     "eager_aliases",
     "encode_aliases",
-    "decode_aliases",
+    "encode_views",
+    "functionalize_v2",
     "regenerate",
 ]
 
@@ -180,7 +191,9 @@ def regenerate(view: ArgView, bases: list[torch.Tensor]) -> torch.Tensor:
     return view.chain.shifted(base.storage_offset()).apply(base)
 
 
-def _v2_dense(_op: str, _bases: list, _views: tuple, _aliases: tuple = (), **kwargs: Any) -> tuple:
+def autofunc_v2_dense(
+    _op: str, _bases: list, _views: tuple, _aliases: tuple = (), **kwargs: Any
+) -> tuple:
     info = op_info(resolve(_op))
     new_bases = [clone_exact(b) for b in _bases]
     new_kwargs = dict(kwargs)
@@ -402,9 +415,6 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return [t for t in value if t is not None] if isinstance(value, (list, tuple)) else [value]
 
 
-register_rules(auto_functionalized_v2, _v2_dense)
-
-
 class V2Adapter:
     """Reads an ``autofunc_v2`` call for the re-inplace pass: one buffer per base, each mutable
     tensor a (relative) view chain of its base (``hops.adapter``)."""
@@ -447,4 +457,33 @@ class V2Adapter:
         return Mutation(info, self.strategy, tuple(node.kwargs["_bases"]), tuple(slots), kwargs)
 
 
+# -- the rules of ``autofunc_v2`` (the shared bodies: hops/common.py) -------------------------
+
+
+def autofunc_v2_fake(mode: FakeTensorMode, _op: str, **kwargs: Any) -> tuple:
+    return run_fake(mode, autofunc_v2_dense, _op, kwargs)
+
+
+def autofunc_v2_proxy(mode: ProxyTorchDispatchMode, _op: str, **kwargs: Any) -> tuple:
+    return trace_call(mode, auto_functionalized_v2, _op, kwargs)
+
+
+def autofunc_v2_functionalize(ctx: Any, _op: str, **kwargs: Any) -> tuple:
+    return functionalize_call(ctx, auto_functionalized_v2, _op, kwargs)
+
+
+def autofunc_v2_autograd(_op: str, **kwargs: Any) -> tuple:
+    return below_autograd(auto_functionalized_v2, _op, kwargs)
+
+
+# -- registration -----------------------------------------------------------------------------
+
+register_rules(
+    auto_functionalized_v2,
+    dense=autofunc_v2_dense,
+    fake=autofunc_v2_fake,
+    proxy=autofunc_v2_proxy,
+    functionalize=autofunc_v2_functionalize,
+    autograd=autofunc_v2_autograd,
+)
 register_adapter(auto_functionalized_v2, V2Adapter())
