@@ -125,8 +125,8 @@ class Mutation:
 
     # Whether the backend gives each argument of the direct call exactly its recorded strides
     # by fixing the layout of a buffer it computes (a custom op, a Triton kernel); else a
-    # strided buffer the backend computes is copied into a fixed layout (the rule "layout
-    # Inductor chooses").
+    # strided buffer the backend computes is copied into a fixed layout (the rule "a layout
+    # the backend chooses").
     fixes_layouts: ClassVar[bool] = True
     # Whether the direct call returns its outputs as one tuple (``getitem`` of it even for one
     # output); else one output is the call itself.

@@ -147,7 +147,7 @@ class RegionCall(Mutation):
 # region with other strides than its other calls, which Inductor refuses ("subgraph args must
 # have consistent values", fuzz seed 20261261 #242; PyTorch's own handling gives a wrong result
 # there). So a non-contiguous computed buffer of a region call is copied into a fixed layout,
-# like any such buffer taken other than whole (the rule "layout Inductor chooses", Note [Layouts
+# like any such buffer taken other than whole (the rule "a layout the backend chooses", Note [Layouts
 # Inductor chooses]), and every buffer of a region call gets a fixed layout: an ``as_strided``
 # alias when written in place, a span copy when cloned (Note [Clones for Inductor]). A plain
 # ``empty_strided`` + ``copy_`` clone is not fixed (Inductor turns the copy into a computed

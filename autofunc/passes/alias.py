@@ -220,10 +220,13 @@ class AliasAnalysis:
     def __init__(
         self,
         graph: fx.Graph,
-        lazy_reader: Any = None,
-        realizer: Any = None,
-        realizer_targets: tuple = (),
+        late: Any = None,
     ):
+        # ``late``: the backend's ``policy.LateReads`` (which nodes it may evaluate late, and
+        # where it computes them at the latest); ``None``: no knowledge of which reads are late
+        lazy_reader = None if late is None else late.lazy
+        realizer = None if late is None else late.taken
+        realizer_targets = () if late is None else late.taken_by
         self.position: dict[fx.Node, int] = {}
         self.version: dict[fx.Node, Any] = {}
         self.root: dict[Any, fx.Node] = {}
@@ -432,7 +435,7 @@ class AliasAnalysis:
         class: views of it, later scatters folded into it, calls' values written into it,
         reads through a copy-back into an input) either misses ``w``, or is a scatter that
         replaces all of ``w``, or is a scatter whose own copy of ``w`` is unread in turn. The
-        question is asked per read the read rules look at ("lazy read under Inductor", "old
+        question is asked per read the read rules look at ("a read the backend evaluates late", "old
         value read later"), once per written region, with a worklist over the chain; the reads
         of the result are those of the graph as it stands, so one that observes the element at
         any position counts (order is not needed: the result is fresh, nothing before it reads
@@ -757,7 +760,7 @@ class AliasAnalysis:
     def reads_before_used_after(
         self, node: fx.Node, buffer: fx.Node, written: list[Region]
     ) -> list[fx.Node]:
-        """The lazy readers (``lazy_reader``; any reader when none was given) that, before
+        """The lazy readers (``late.lazy``; any reader when none was given) that, before
         ``node``, read an element of ``written`` in ``buffer``'s memory class and whose value is
         still needed after ``node`` (a compiler that evaluates them late would see the write).
 

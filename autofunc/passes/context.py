@@ -163,7 +163,7 @@ class Query:
     inplace: tuple[Buffer, ...] = ()  # the buffers of the call already written in place
     copies: tuple[fx.Node, ...] = ()  # the copies of its buffers already cloned, which it writes
     # what an earlier rule made its consent depend on (set by ``decide`` only): "old value
-    # read later" adds the reads "lazy read under Inductor" moves to its own
+    # read later" adds the reads "a read the backend evaluates late" moves to its own
     provided: Provided | None = None
 
     @functools.cached_property

@@ -20,7 +20,7 @@ phase may import it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import fx
@@ -30,7 +30,7 @@ from ..symbolic import contiguous_or_false, known, overlaps_itself
 from .context import Buffer, Pass, Query
 from .emit import CloneKind, emit
 
-__all__ = ["GENERIC", "Policy"]
+__all__ = ["GENERIC", "LateReads", "Policy"]
 
 _aten = torch.ops.aten
 
@@ -41,31 +41,34 @@ class Policy:
 
     # The name reports and warnings show.
     name: ClassVar[str] = "generic"
-    # Whether the pass lints the graph when done (a backend that lints after its own passes,
-    # as Inductor does, says no).
-    lint: ClassVar[bool] = True
-    # Whether the backend lays out the buffers it computes as it likes, whatever strides the
-    # graph records (rule "layout Inductor chooses", Note [Layouts Inductor chooses]).
-    chooses_layouts: ClassVar[bool] = False
-    # Whether every scatter that writes a buffer (a view of a graph input) back into its input
-    # must fold once the buffer is written in place, else the buffer keeps its clone (rule
-    # "graph input: copied back, not returned", Note [Views of graph inputs]).
-    scatters_must_fold: ClassVar[bool] = False
-    # Which nodes the backend may evaluate later than their place in the graph, where a write
-    # made after them is visible to them (rule "lazy read under Inductor"); ``None``: every
-    # node runs where it stands, that rule never objects and nothing is realized.
-    lazy_reader: ClassVar[Callable[[fx.Node], bool] | None] = None
-    # ``realizer(user, node)``: whether the backend, where it evaluates ``user``, computes the
-    # lazy ``node`` into a buffer of its own at the latest (Note [Values computed where they
-    # are taken] in backends/inductor/policy.py); ``None``: no such knowledge, nothing is bounded.
-    realizer: ClassVar[Callable[[fx.Node, fx.Node], bool] | None] = None
-    realizer_targets: ClassVar[tuple[Any, ...]] = ()  # the targets ``realizer`` can hold for
 
     def __str__(self) -> str:
         return self.name
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+    # -- what the rules respect (Note [Pipeline] step 3b) --------------------------------------
+
+    def chooses_layout(self, node: fx.Node) -> bool:
+        """Whether the backend lays out the buffer ``node`` as it likes, whatever strides the
+        graph records (rule "a layout the backend chooses", Note [Layouts Inductor chooses]).
+        Here: never, every tensor has the strides the graph records."""
+        return False
+
+    def must_fold_scatters(self, buf: fx.Node) -> bool:
+        """Whether ``buf``, a view of a graph input written in place, needs every scatter that
+        writes it back into its input to fold, else it keeps its clone (rule "graph input:
+        copied back, not returned", Note [Views of graph inputs]). Here: no, the backend runs
+        a scatter that stays as it stands."""
+        return False
+
+    def late_reads(self) -> LateReads | None:
+        """Which nodes the backend may evaluate later than their place in the graph, where a
+        write made after them is visible to them (rule "a read the backend evaluates late"),
+        and where it computes them at the latest; ``None``: every node runs where it stands,
+        that rule never objects and nothing is computed before a call. Here: ``None``."""
+        return None
 
     # -- facts (Note [Pipeline] step 2) ---------------------------------------------------------
 
@@ -86,14 +89,14 @@ class Policy:
         context (``Pass``)."""
         return ()
 
-    # -- realize: late reads computed before a call (rules "lazy read under Inductor", "old
-    # value read later") ------------------------------------------------------------------------
+    # -- realize: late reads computed before a call (rules "a read the backend evaluates late",
+    # "old value read later") -------------------------------------------------------------------
 
     def plan_realization(self, q: Query, readers: list[fx.Node]) -> Any:
         """How to compute, before the call, the values ``readers`` (lazy nodes before the call
         whose results are used after it) need, instead of cloning ``q.buf``: a plan with an
         ``nbytes`` cost that :meth:`realize` carries out, or ``None``. Only asked where
-        :attr:`lazy_reader` is set."""
+        :meth:`late_reads` is not ``None``."""
         return None
 
     def plan_move_back(self, q: Query, later: list[fx.Node], readers: list[fx.Node]) -> Any:
@@ -151,6 +154,26 @@ class Policy:
         ``num_returns`` op outputs), that it writes ``written``, for a call whose writes the
         backend cannot see (``Mutation.declared_writes``). Here: the backend runs the graph in
         its order, nothing to declare."""
+
+
+    # -- done (Note [Pipeline] step 6) -----------------------------------------------------------
+
+    def lint(self, graph: fx.Graph) -> None:
+        """Check the rewritten graph. Here: ``graph.lint()`` (a backend that lints after its
+        own passes, as Inductor does, need not)."""
+        graph.lint()
+
+
+class LateReads(NamedTuple):
+    """A backend's late evaluation, as the alias analysis needs it (``Policy.late_reads``)."""
+
+    # ``lazy(node)``: whether the backend may compute ``node`` later than its place
+    lazy: Callable[[fx.Node], bool]
+    # ``taken(user, node)``: whether the backend, where it evaluates ``user``, computes the lazy
+    # ``node`` into a buffer of its own at the latest (Note [Values computed where they are
+    # taken] in backends/inductor/policy.py); ``None``: no such knowledge, nothing is bounded
+    taken: Callable[[fx.Node, fx.Node], bool] | None = None
+    taken_by: tuple[Any, ...] = ()  # the targets of the users ``taken`` can hold for
 
 
 # The backend runs the graph as it stands: no lazy reads, layouts as recorded, no repairs.

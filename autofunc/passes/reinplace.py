@@ -39,11 +39,11 @@ The pass runs these steps, in this order; the modules cite them by number.
 4. Outputs (``outputs.py``): epilogue copies that became ``copy_(x, x)`` removed, fresh outputs
    in a written input's memory copied at the end, saved ones kept from the backward's reuse.
 5. Repairs after: the policy's ``repairs_after()``, rewrites of the rewritten graph.
-6. The graph linted (where the policy asks) and recompiled, and every copy it makes counted
+6. The graph linted (the policy's ``lint``) and recompiled, and every copy it makes counted
    for the report (``copies.py``).
 
-The policy (``policy.py``) also says what the rules "layout Inductor chooses", "graph input:
-copied back, not returned", "lazy read under Inductor" and "old value read later" respect about
+The policy (``policy.py``) also says what the rules "a layout the backend chooses", "graph input:
+copied back, not returned", "a read the backend evaluates late" and "old value read later" respect about
 the backend.
 """
 
@@ -142,7 +142,7 @@ def reinplace(
     for each buffer of a call; the first objection keeps the clone, and the report gives its
     reason.
 
-    "Old value read later" and "lazy read under Inductor": no node after the call reads, through
+    "Old value read later" and "a read the backend evaluates late": no node after the call reads, through
     any version that shares its memory, an element of the regions the op writes (Inductor may
     also compute a read made before the call after it). "Read by the same call": no other
     argument of the same call reads those regions. "One memory, two mutable buffers": such a
@@ -220,9 +220,7 @@ def _reinplace(
         gm=gm,
         analysis=AliasAnalysis(
             gm.graph,
-            lazy_reader=policy.lazy_reader,
-            realizer=policy.realizer,
-            realizer_targets=policy.realizer_targets,
+            late=policy.late_reads(),
         ),
         epilogue=epilogue_copies(gm.graph),
         outputs=output_nodes(out, regenerated),
@@ -247,8 +245,7 @@ def _reinplace(
             for repair in repairs:  # step 5
                 repair(ctx)
         tag_new_copies(gm.graph, before, CopyKind.REPAIR)
-    if policy.lint:  # step 6
-        gm.graph.lint()
+    policy.lint(gm.graph)  # step 6
     gm.recompile()
     report.copies = account_copies(gm.graph)  # Note [Every copy in the report] in copies.py
     return report
@@ -387,12 +384,12 @@ def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> 
         # after the fold: the scatters of the next buffers still start from the root (Note
         # [A written view of an unrealized buffer] in backends/inductor/policy.py)
         ctx.policy.pin_root(ctx, buf)
-    realizer = ctx.policy.realizer
-    if plan.inplace and realizer is not None:
+    late = ctx.policy.late_reads()
+    if plan.inplace and late is not None and late.taken is not None:
         # what the pins on the way to the op make the backend compute before the call (Note
         # [Values computed where they are taken] in backends/inductor/policy.py)
         for view in view_walk(base):
-            if view.op == "call_function" and view.args and realizer(view, view.args[0]):
+            if view.op == "call_function" and view.args and late.taken(view, view.args[0]):
                 analysis.computed_by(view.args[0], analysis.position[node])
     return base
 

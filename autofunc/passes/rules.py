@@ -1,9 +1,9 @@
 """Step 3b's decision in the re-inplace pass (Note [Pipeline] in ``reinplace.py``): the
 soundness rules. Each rule looks at one buffer of one call (a :class:`Query`) and returns why it
 must be cloned, or ``None``; ``RULES`` asks them in order and :func:`decide` returns the first
-objection. What a rule must respect about the backend (the rules "layout Inductor chooses",
-"graph input: copied back, not returned" and "lazy read under Inductor") it reads off
-``ctx.policy`` (``policy.py``). Nothing here rewrites the graph.
+objection. What a rule must respect about the backend (the rules "a layout the backend
+chooses", "graph input: copied back, not returned" and "a read the backend evaluates late") it
+asks ``ctx.policy`` (``policy.py``). Nothing here rewrites the graph.
 
 The rules, in the order ``RULES`` asks them, and the reasons each gives (a test checks this
 table against ``RULES``). The labels R1, R2, ... belong to this table only; code and prose name
@@ -16,14 +16,14 @@ R1   disabled                            ``DISABLED``: ``enable=False``
 R2   no fake value                       ``NO_VALUE``: nothing to analyse
 R3   module constant                     ``CONSTANT``
 R4   buffer overlaps itself              ``OVERLAPS_ITSELF``: a stride-0 value the graph computes
-R5   layout Inductor chooses             ``UNFIXED_LAYOUT``, ``LAYOUT_FIXED_LATE``
-                                         (``Policy.chooses_layouts``)
+R5   a layout the backend chooses        ``UNFIXED_LAYOUT``, ``LAYOUT_FIXED_LATE``
+                                         (``Policy.chooses_layout``)
 R6   one memory, two mutable buffers     ``SAME_BUFFER_TWICE``: an overlapping buffer of the
                                          call is already written in place
 R7   read by the same call               ``READ_BY_CALL``: another argument reads what it writes
 R8   graph input: copied back, not       ``GRAPH_INPUT``, ``VIEW_OF_INPUT``, ``RETURNED_INPUT``,
      returned                            ``SAVED_OUTPUT``, ``RETURNED_VERSION``
-R9   lazy read under Inductor            ``LAZY_READ`` (``Policy.lazy_reader``)
+R9   a read the backend evaluates late   ``LAZY_READ`` (``Policy.late_reads``)
 R10  old value read later                ``READ_LATER``
 ==== =================================== ==================================================
 """
@@ -130,7 +130,7 @@ def _unfixed_layout(q: Query) -> Verdict:
     fixed (Note [Clones for Inductor]); contiguous buffers, graph inputs and whole buffers keep
     their own layout."""
     ctx, buf = q.ctx, q.buf
-    if not ctx.policy.chooses_layouts or buf.node.op == "placeholder":
+    if not ctx.policy.chooses_layout(buf.node):
         return None
     if contiguous_or_false(buf.node.meta["val"]) and contiguous_or_false(q.root.meta["val"]):
         return None
@@ -253,7 +253,7 @@ def _view_of_input(ctx: Pass, buf: Buffer, root: fx.Node, out: fx.Node | None) -
     if not any(n is root for n in view_walk(buf.node)):  # ``buf`` is ``root`` through views
         return Reason.VIEW_OF_INPUT
     if (
-        ctx.policy.scatters_must_fold
+        ctx.policy.must_fold_scatters(buf.node)
         and out is not None
         and not all_scatters_fold(ctx.analysis, out, buf.node)
     ):
@@ -350,10 +350,10 @@ def _lazy_read(q: Query) -> Verdict:
     # PyTorch's own re-inplacing miscompiles this case. Where computing those values before the
     # call costs less than a clone of the buffer, the rewrite does that instead (Note [Lazy
     # reads computed before the call] in backends/inductor/lazy_reads.py). Which nodes are lazy, and how to
-    # compute them before the call, is the policy's (``Policy.lazy_reader``,
+    # compute them before the call, is the policy's (``Policy.late_reads``,
     # ``Policy.plan_realization``; none under GENERIC).
     ctx = q.ctx
-    if ctx.policy.lazy_reader is None:
+    if ctx.policy.late_reads() is None:
         return None
     readers = ctx.analysis.reads_before_used_after(q.node, q.buf.node, q.written)
     if not readers:
@@ -397,11 +397,11 @@ RULES: tuple[Rule, ...] = (
     Rule("no fake value", _no_value),
     Rule("module constant", _constant),
     Rule("buffer overlaps itself", _overlapping_buffer),
-    Rule("layout Inductor chooses", _unfixed_layout),
+    Rule("a layout the backend chooses", _unfixed_layout),
     Rule("one memory, two mutable buffers", _same_buffer_twice),
     Rule("read by the same call", _read_by_call),
     Rule("graph input: copied back, not returned", _graph_input),
-    Rule("lazy read under Inductor", _lazy_read),
+    Rule("a read the backend evaluates late", _lazy_read),
     Rule("old value read later", _read_later),
 )
 

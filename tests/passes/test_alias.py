@@ -5,6 +5,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from autofunc.passes.alias import AliasAnalysis
+from autofunc.passes.policy import LateReads
 
 
 def _trace(fn, *args):
@@ -55,8 +56,8 @@ def test_lazy_read_before_a_write_still_needed_after():
         return s, z
 
     gm, n = _trace(fn, torch.randn(3, 4))
-    lazy = AliasAnalysis(gm.graph, lazy_reader=lambda node: node.target is torch.ops.aten.mul.Tensor)
-    eager = AliasAnalysis(gm.graph, lazy_reader=lambda node: False)
+    lazy = AliasAnalysis(gm.graph, late=LateReads(lambda node: node.target is torch.ops.aten.mul.Tensor))
+    eager = AliasAnalysis(gm.graph, late=LateReads(lambda node: False))
     call, y = n["sum_1"], n["clone"]
     row0 = lazy.region(n["select"])
     assert lazy.reads_before_used_after(call, y, [row0])[0] is n["mul"]

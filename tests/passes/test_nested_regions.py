@@ -265,8 +265,8 @@ def strided_computed_buffer(b):
 @pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
 def test_region_operands_get_fixed_layouts(fuzz_strategy):
     # Note [Region operands keep no computed layout]: without it Inductor refuses the graph
-    # ("subgraph args must have consistent values"), and with only the copy the rule "layout
-    # Inductor chooses" asks for the region wrote Inductor's copy of its operand
+    # ("subgraph args must have consistent values"), and with only the copy the rule "a layout
+    # the backend chooses" asks for the region wrote Inductor's copy of its operand
     torch.manual_seed(0)
     b = torch.randn(4, dtype=torch.float64)[::2]
     _check_with_fuzz_ops(strided_computed_buffer, fuzz_strategy, b)

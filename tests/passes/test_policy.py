@@ -1,6 +1,6 @@
 """The backend policy of the re-inplace pass (``autofunc.passes.policy``): the Inductor glue
 passes ``INDUCTOR``, the two built-in policies decide one graph differently where Inductor
-differs (the rule "lazy read under Inductor"), and the deprecated ``for_inductor`` still picks
+differs (the rule "a read the backend evaluates late"), and the deprecated ``for_inductor`` still picks
 them."""
 
 import pytest
@@ -63,16 +63,23 @@ def test_the_inductor_glue_passes_the_inductor_policy(monkeypatch):
 def test_the_policies_differ_where_inductor_does():
     assert isinstance(INDUCTOR, InductorPolicy) and isinstance(INDUCTOR, Policy)
     assert type(GENERIC) is Policy
-    assert GENERIC.lazy_reader is None and INDUCTOR.lazy_reader is not None
-    assert GENERIC.realizer is None and INDUCTOR.realizer is not None
-    assert GENERIC.lint and not INDUCTOR.lint
+    assert GENERIC.late_reads() is None and INDUCTOR.late_reads().taken is not None
+    gm = fx.symbolic_trace(lambda x: x + 1)
+    x, add = list(gm.graph.nodes)[:2]
+    assert not GENERIC.chooses_layout(add) and INDUCTOR.chooses_layout(add)
+    assert not INDUCTOR.chooses_layout(x)  # a graph input keeps the strides it comes with
+    assert not GENERIC.must_fold_scatters(x) and INDUCTOR.must_fold_scatters(x)
+    add.args = (add, 1)  # a node that uses itself: lint objects
+    with pytest.raises(RuntimeError):
+        GENERIC.lint(gm.graph)
+    INDUCTOR.lint(gm.graph)  # Inductor lints after its own passes
     assert GENERIC.repairs_before() == GENERIC.repairs_after() == ()
     assert INDUCTOR.repairs_before() and INDUCTOR.repairs_after()
     assert (str(GENERIC), str(INDUCTOR)) == ("generic", "inductor")
 
 
 def test_a_lazy_read_objects_only_under_inductor(strategy):
-    # "lazy read under Inductor": GENERIC runs ``b + 1`` where it stands, before the call, so
+    # "a read the backend evaluates late": GENERIC runs ``b + 1`` where it stands, before the call, so
     # ``b`` is written in place; Inductor may compute it after the call (as big as the buffer:
     # it keeps the clone).
     original, fresh = _functional_graph(lazy_read)
@@ -82,6 +89,15 @@ def test_a_lazy_read_objects_only_under_inductor(strategy):
         (d,) = autofunc.reinplace(gm, is_inference=True, policy=policy).decisions
         assert d.reason is reason, (policy, d.explain())
         assert same_result(gm(x.clone(), y), original(x.clone(), y))
+
+
+def test_a_policy_is_asked_not_read():
+    # The pass asks the policy through its methods; it holds no flag the pass would read.
+    data = {k for k, v in vars(Policy).items() if not k.startswith("_") and not callable(v)}
+    assert data == {"name"}
+    assert not {k for k, v in vars(InductorPolicy).items() if not k.startswith("_")} - (
+        set(vars(Policy)) | {"name"}
+    )
 
 
 def test_for_inductor_is_a_deprecated_alias_of_the_policy(strategy):

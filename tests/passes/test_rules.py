@@ -47,7 +47,7 @@ def test_rules_are_named_and_ordered():
     assert len(set(names)) == len(names)
     # the "cannot analyse" rules first, the read rules last (they are the costly ones)
     assert names[:3] == ["disabled", "no fake value", "module constant"]
-    assert names[-2:] == ["lazy read under Inductor", "old value read later"]
+    assert names[-2:] == ["a read the backend evaluates late", "old value read later"]
     # named, not numbered: code and prose cite a rule by its name (the R-labels are the
     # reinplace() docstring table's only)
     assert not [n for n in names if re.match(r"R\d+\b", n)]

@@ -8,7 +8,7 @@ a value read from a buffer before a call and used after it may be computed after
 wrote the buffer in place. Inductor's own guard does not cover an opaque op: lowering the op's
 mutation realizes the pending readers of the buffer (``GraphLowering.mark_buffer_mutated``),
 but only after the op's kernel is registered, and registration order is scheduling order, so
-they land after the write. The rule "lazy read under Inductor" therefore cloned the buffer
+they land after the write. The rule "a read the backend evaluates late" therefore cloned the buffer
 (``Reason.LAZY_READ``).
 
 A cheaper repair makes Inductor compute those values before the call. The *frontier* is what

@@ -1,10 +1,10 @@
-"""Inductor's policy for the re-inplace pass (:class:`InductorPolicy`, ``INDUCTOR``): every
-piece of Inductor knowledge the pass uses, behind the protocol of ``policy.py``. What Inductor
-evaluates lazily, and the late reads computed before a call instead of a clone
-(``lazy_reads.py``); the copies and pins its layout choices need (Note [Clones for Inductor]);
-the two ops it needs emitted (``ops.py``); its repairs (``repairs.py``). The
-Inductor glue (``autofunc/backends/inductor/glue.py``) passes ``INDUCTOR`` to ``reinplace``. Imports the
-pass's steps but not ``reinplace.py``, nor any Inductor configuration.
+"""Inductor's policy for the re-inplace pass (:class:`InductorPolicy`, ``INDUCTOR``): the
+answers of the protocol of ``autofunc/passes/policy.py`` for Inductor. What Inductor evaluates
+lazily, and the late reads computed before a call instead of a clone (``lazy_reads.py``); the
+copies and pins its layout choices need (Note [Clones for Inductor]); the two ops it needs
+emitted (``ops.py``); its repairs (``repairs.py``). The glue (``glue.py``) passes ``INDUCTOR``
+to ``reinplace``. Imports the pass's steps but not ``reinplace.py``, nor any Inductor
+configuration.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ...passes.facts import aliased_args
 from .ops import FRESH_ALIAS, WRITTEN
 from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
 from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
-from ...passes.policy import Policy
+from ...passes.policy import LateReads, Policy
 from ...passes.targets import per_target
 from ...passes.walks import view_walk
 
@@ -34,7 +34,7 @@ __all__ = ["INDUCTOR", "InductorPolicy", "computed_where_taken", "lazy_under_ind
 
 _aten = torch.ops.aten
 
-# -- what Inductor evaluates lazily (rule "lazy read under Inductor") -------------------------
+# -- what Inductor evaluates lazily (rule "a read the backend evaluates late") -------------------------
 
 # Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
 # not deferred); every other aten op may be fused into a kernel that runs where its result is
@@ -82,7 +82,7 @@ def computed_where_taken(user: fx.Node, node: fx.Node) -> bool:
     the alias analysis ends the node's reads at the ``as_strided`` only for the users after it
     (``AliasAnalysis``'s walk, and ``AliasAnalysis.computed_by`` for the pins the pass emits,
     found by ``apply_plan`` on the way to each buffer written in place). A
-    read the rule "lazy read under Inductor" would copy for is then known to happen before a
+    read the rule "a read the backend evaluates late" would copy for is then known to happen before a
     later call: ``buf = state * 2; op(buf[1:3]); op(state); return buf`` under v1, where the
     pin of ``buf`` for the first call computes it before the second call writes ``state``
     (autofunc copied ``state``, 4 bytes more than PyTorch's built-in v1).
@@ -110,20 +110,28 @@ def _own_value(target: Any) -> bool:
     return not any(r.alias_info is not None for r in target._schema.returns)
 
 
+_LATE_READS = LateReads(
+    lazy=lazy_under_inductor, taken=computed_where_taken, taken_by=(_aten.as_strided.default,)
+)
+
+
 class InductorPolicy(Policy):
     """What Inductor does that the pass must respect (each answer names its Note)."""
 
     name: ClassVar[str] = "inductor"
-    lint: ClassVar[bool] = False  # Inductor lints the graph itself after its post-grad passes
-    chooses_layouts: ClassVar[bool] = True  # Note [Layouts Inductor chooses]
-    scatters_must_fold: ClassVar[bool] = True  # Note [Views of graph inputs]
-    # Note [Lazy reads under Inductor]
-    lazy_reader: ClassVar[Callable[[fx.Node], bool] | None] = staticmethod(lazy_under_inductor)
-    # Note [Values computed where they are taken]
-    realizer: ClassVar[Callable[[fx.Node, fx.Node], bool] | None] = staticmethod(
-        computed_where_taken
-    )
-    realizer_targets: ClassVar[tuple[Any, ...]] = (_aten.as_strided.default,)
+
+    def chooses_layout(self, node: fx.Node) -> bool:
+        return node.op != "placeholder"  # Note [Layouts Inductor chooses]
+
+    def must_fold_scatters(self, buf: fx.Node) -> bool:
+        return True  # Note [Views of graph inputs]
+
+    def late_reads(self) -> LateReads:
+        # Notes [Lazy reads under Inductor], [Values computed where they are taken]
+        return _LATE_READS
+
+    def lint(self, graph: fx.Graph) -> None:
+        pass  # Inductor lints the graph itself after its post-grad passes
 
     def outputs_regenerated(self, positions: frozenset[int]) -> frozenset[int]:
         # AOTInductor compiles ahead of time: its wrapper regenerates no output from the inputs
