@@ -60,9 +60,10 @@ __version__ = "0.1.0"
 # Note [Inductor imported when first needed]
 # ``torch._inductor.config`` and ``torch.compiler.allow_in_graph`` import Dynamo, about a second
 # on a CPU machine, which ``import autofunc`` should not pay: the Inductor glue
-# (``autofunc.inductor``) and the HOPs' Dynamo allowance are set up by the first registration
-# (through these hooks), the first functionalized call, ``explain`` with Inductor, or the first
-# use of ``autofunc.inductor`` or ``autofunc.reinplace_triton_kernels`` (``__getattr__``). A graph holding autofunc's HOPs exists only after one of those.
+# (``autofunc.backends.inductor.glue``) and the HOPs' Dynamo allowance are set up by the first
+# registration (through these hooks), the first functionalized call, ``explain`` with
+# Inductor, or the first use of ``autofunc.inductor`` or ``autofunc.reinplace_triton_kernels``
+# (``__getattr__``). A graph holding autofunc's HOPs exists only after one of those.
 def _install_inductor_pass() -> None:
     from .backends.inductor.glue import install_pass
 
@@ -72,7 +73,8 @@ def _install_inductor_pass() -> None:
 def _uninstall_inductor_pass() -> None:
     import sys
 
-    glue = sys.modules.get(__name__ + ".backends.inductor.glue")  # never installed if never imported
+    # never installed if never imported
+    glue = sys.modules.get(__name__ + ".backends.inductor.glue")
     if glue is not None:
         glue.uninstall_pass()
 

@@ -1,9 +1,10 @@
 """Where the pass's reports go, whatever backend ran the pass: the open ``collect_reports()``
 blocks, ``last_reports()`` and PyTorch's own compile diagnostics (``deliver``).
 
-Backend-neutral: the Inductor glue (``autofunc/backends/inductor/glue.py``) delivers each report of a graph
-it compiles, or of one Inductor's cache serves (Note [Reports on a cache hit]); any other
-backend that runs the pass and wants its reports seen calls :func:`deliver` the same way.
+Backend-neutral: the Inductor glue (``autofunc/backends/inductor/glue.py``) delivers each
+report of a graph it compiles, or of one Inductor's cache serves
+(Note [Reports on a cache hit]); any other backend that runs the pass and wants its reports
+seen calls :func:`deliver` the same way.
 Reports are kept only for the blocks open while a graph compiles, and the last 64 for
 ``last_reports``, so a long-running server does not accumulate them.
 """

@@ -17,7 +17,7 @@ import torch
 from torch import fx
 
 from autofunc.hops.adapter import accepted, mutation_targets
-from autofunc.passes.alias import SCATTER_VIEWS, VIEW_OPS
+from autofunc.passes.memory_ops import SCATTER_VIEWS, VIEW_OPS
 from autofunc.testing import COPY_TARGETS, CapturedGraphs, copy_nodes
 
 __all__ = ["check_report_copies", "program_copies"]

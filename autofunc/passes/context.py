@@ -74,7 +74,8 @@ class Buffer:
     """One mutable buffer of a call: a v2 base or a v1 mutable tensor, and its output slot."""
 
     node: fx.Node
-    out_index: Any  # the key of the HOP's output that holds its copy (``Mutation.output_keys(i)[0]``)
+    # the key of the HOP's output that holds its copy (``Mutation.output_keys(i)[0]``)
+    out_index: Any
     args: list[str]  # labels of the mutable arguments regenerated from it
     chains: list[views.ViewChain]  # the chain of each, relative (Note [Relative chains])
     written: list[Region] | None = None  # memo of written_regions()

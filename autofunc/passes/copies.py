@@ -43,7 +43,7 @@ import torch
 from torch import fx
 
 from ..symbolic import nbytes_hint
-from .alias import SCATTER_VIEWS, VIEW_OPS
+from .memory_ops import SCATTER_VIEWS, VIEW_OPS
 from .walks import users_through_views, view_walk
 
 __all__ = [

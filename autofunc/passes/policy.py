@@ -9,9 +9,10 @@ repairs before the facts and after the rewrite (Note [Pipeline] in ``reinplace.p
 :class:`Policy` is the protocol, and its own answers are the generic ones: a backend that runs
 the graph as it stands (eager ATen, ``aot_eager``, ``torch.export``), where every node runs at
 its place and every tensor has the strides the graph records; :data:`GENERIC` is its instance.
-Inductor's policy is ``InductorPolicy`` (``INDUCTOR``) in ``autofunc/backends/inductor/policy.py``, which holds
-every piece of Inductor knowledge the pass uses. A new backend subclasses :class:`Policy`,
-overrides what its backend does differently, and passes an instance to ``reinplace``.
+Inductor's policy is ``InductorPolicy`` (``INDUCTOR``) in ``autofunc/backends/inductor/``,
+the folder that holds every piece of Inductor knowledge the pass uses. A new backend
+subclasses :class:`Policy`, overrides what its backend does differently, and passes an
+instance to ``reinplace``.
 
 Imports nothing of the pass but its shared types (``context.py``) and the emitter, so every
 phase may import it.

@@ -42,9 +42,9 @@ The pass runs these steps, in this order; the modules cite them by number.
 6. The graph linted (the policy's ``lint``) and recompiled, and every copy it makes counted
    for the report (``copies.py``).
 
-The policy (``policy.py``) also says what the rules "a layout the backend chooses", "graph input:
-copied back, not returned", "a read the backend evaluates late" and "old value read later" respect about
-the backend.
+The policy (``policy.py``) also says what the rules "a layout the backend chooses", "graph
+input: copied back, not returned", "a read the backend evaluates late" and "old value read
+later" respect about the backend.
 """
 
 from __future__ import annotations
@@ -142,11 +142,11 @@ def reinplace(
     for each buffer of a call; the first objection keeps the clone, and the report gives its
     reason.
 
-    "Old value read later" and "a read the backend evaluates late": no node after the call reads, through
-    any version that shares its memory, an element of the regions the op writes (Inductor may
-    also compute a read made before the call after it). "Read by the same call": no other
-    argument of the same call reads those regions. "One memory, two mutable buffers": such a
-    memory is written in place once (Note [One memory, two mutable buffers]). "Graph input:
+    "Old value read later" and "a read the backend evaluates late": no node after the call
+    reads, through any version that shares its memory, an element of the regions the op writes
+    (Inductor may also compute a read made before the call after it). "Read by the same call":
+    no other argument of the same call reads those regions. "One memory, two mutable buffers":
+    such a memory is written in place once (Note [One memory, two mutable buffers]). "Graph input:
     copied back, not returned": a graph input (or a view of one) is written in place only when
     the graph copies a value back into it after the call (``copy_(input, v)``: the call's value,
     which becomes a self-copy and is removed, or a later one a native in-place op or a
@@ -429,7 +429,8 @@ def _emit_call(
     # The HOP's fake value already holds the op's outputs: no need to run its fake kernel again.
     val = m.direct_value(node.meta.get("val"), n)
     val = NO_VAL if val is RUN_FAKE else val
-    # Note [Writes Inductor cannot see] in backends/inductor/ops.py: the policy declares them, if need be
+    # Note [Writes Inductor cannot see] in backends/inductor/ops.py: the policy declares them,
+    # if need be
     written = list(dict.fromkeys(m.declared_writes(new_bufs)))
     ctx.policy.declare_writes(ctx, written)
     call = emit(ctx, direct.target, direct.args, direct.kwargs, val=val)

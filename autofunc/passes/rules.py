@@ -36,7 +36,7 @@ from typing import Any, Callable, NamedTuple
 import torch.fx as fx
 
 from ..symbolic import contiguous_or_false, overlaps_itself, nbytes_hint
-from .alias import SCATTER_VIEWS
+from .memory_ops import SCATTER_VIEWS
 from .context import Buffer, Pass, Provided, Query, written_regions
 from .facts import aliased_args, other_tensor_args, output_of, output_positions
 from .scatters import SAME_BYTES, all_scatters_fold
@@ -349,8 +349,8 @@ def _lazy_read(q: Query) -> Verdict:
     # memory in place: it does not order such pending reads before a custom op's mutation.
     # PyTorch's own re-inplacing miscompiles this case. Where computing those values before the
     # call costs less than a clone of the buffer, the rewrite does that instead (Note [Lazy
-    # reads computed before the call] in backends/inductor/lazy_reads.py). Which nodes are lazy, and how to
-    # compute them before the call, is the policy's (``Policy.late_reads``,
+    # reads computed before the call] in backends/inductor/lazy_reads.py). Which nodes are
+    # lazy, and how to compute them before the call, is the policy's (``Policy.late_reads``,
     # ``Policy.plan_realization``; none under GENERIC).
     ctx = q.ctx
     if ctx.policy.late_reads() is None:

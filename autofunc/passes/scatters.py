@@ -12,7 +12,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from .alias import SCATTER_VIEWS, VIEW_OPS, AliasAnalysis
+from .alias import AliasAnalysis
+from .memory_ops import SCATTER_VIEWS, VIEW_OPS
 from .context import Pass
 from .walks import view_root
 

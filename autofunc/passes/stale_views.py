@@ -42,7 +42,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from ..symbolic import known
-from .alias import VIEW_OPS, storage_address
+from .memory_ops import VIEW_OPS, storage_address
 from .emit import fake_value
 from .targets import per_target
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from .alias import VIEW_OPS
+from .memory_ops import VIEW_OPS
 
 __all__ = ["copy_calls", "input_copies", "users_through_views", "view_root", "view_walk"]
 

@@ -378,7 +378,7 @@ def test_static_shift_decides_without_guards():
         StatelessSymbolicContext,
     )
 
-    from autofunc.passes.alias import _static_shift
+    from autofunc.passes.alias_shifts import static_shift
 
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env)
@@ -392,14 +392,14 @@ def test_static_shift_decides_without_guards():
     with mode:
         q, k, v = aten.split_with_sizes(qkv, [8, 4, 4], -1)
         value = torch.empty_strided(k.shape, k.stride())  # a v1 node's value for the key
-        assert _static_shift(value, k) == 8
-        assert _static_shift(value, v) == 12
-        assert _static_shift(q, k) is None  # other column count
-        assert _static_shift(other[:, 8:12], k) is None  # another symbol
-        assert _static_shift(value, qkv[1:, 8:12]) is None  # s - 1 rows
+        assert static_shift(value, k) == 8
+        assert static_shift(value, v) == 12
+        assert static_shift(q, k) is None  # other column count
+        assert static_shift(other[:, 8:12], k) is None  # another symbol
+        assert static_shift(value, qkv[1:, 8:12]) is None  # s - 1 rows
         n = qkv.shape[0]
         at_n = qkv.view(-1).as_strided(k.shape, k.stride(), n)  # a symbolic offset
-        assert _static_shift(value, at_n) is None
+        assert static_shift(value, at_n) is None
     assert len(env.guards) == guards
 
 

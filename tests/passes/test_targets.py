@@ -8,7 +8,7 @@ import operator
 
 import torch
 
-from autofunc.passes.alias import SCATTER_VIEWS, VIEW_OPS, _read_kind
+from autofunc.passes.memory_ops import SCATTER_VIEWS, VIEW_OPS, read_kind
 from autofunc.passes.emit import _name_of
 from autofunc.backends.inductor.policy import _lazy_target
 from autofunc.passes.targets import per_target
@@ -67,7 +67,7 @@ def test_how_a_node_reads_is_its_ops_table():
     # the alias analysis's reads (Note [Facts per target]): a view reads nothing, copy_ its
     # source, a scatter all (its first input around what it replaces), anything else all
     aten = torch.ops.aten
-    assert {_read_kind(op) for op in VIEW_OPS} == {"view"}
-    assert {_read_kind(op) for op in SCATTER_VIEWS} == {"scatter"}
-    assert _read_kind(aten.copy_.default) == "copy_"
-    assert _read_kind(aten.add.Tensor) == _read_kind(aten.mm.default) == "all"
+    assert {read_kind(op) for op in VIEW_OPS} == {"view"}
+    assert {read_kind(op) for op in SCATTER_VIEWS} == {"scatter"}
+    assert read_kind(aten.copy_.default) == "copy_"
+    assert read_kind(aten.add.Tensor) == read_kind(aten.mm.default) == "all"

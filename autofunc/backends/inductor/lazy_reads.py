@@ -52,7 +52,7 @@ from torch import fx
 
 from ...hops.adapter import mutation_targets, read_node
 from ...symbolic import is_symbolic, nbytes_hint
-from ...passes.alias import VIEW_OPS
+from ...passes.memory_ops import VIEW_OPS
 from ...passes.emit import emit
 from ...passes.walks import users_through_views, view_root
 

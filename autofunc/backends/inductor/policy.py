@@ -19,7 +19,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ...hops.adapter import Mutation
 from ...symbolic import contiguous_or_false, overlaps_itself
-from ...passes.alias import VIEW_OPS
+from ...passes.memory_ops import VIEW_OPS
 from ...passes.emit import CloneKind, emit, pin_layout
 from ...passes.context import Buffer, Pass, Query, written_regions
 from ...passes.facts import aliased_args
@@ -34,7 +34,7 @@ __all__ = ["INDUCTOR", "InductorPolicy", "computed_where_taken", "lazy_under_ind
 
 _aten = torch.ops.aten
 
-# -- what Inductor evaluates lazily (rule "a read the backend evaluates late") -------------------------
+# -- what Inductor evaluates lazily (rule "a read the backend evaluates late") ----------
 
 # Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
 # not deferred); every other aten op may be fused into a kernel that runs where its result is
@@ -81,9 +81,9 @@ def computed_where_taken(user: fx.Node, node: fx.Node) -> bool:
     count as computing the node inline all the same (a bound, never relied on to be tight), so
     the alias analysis ends the node's reads at the ``as_strided`` only for the users after it
     (``AliasAnalysis``'s walk, and ``AliasAnalysis.computed_by`` for the pins the pass emits,
-    found by ``apply_plan`` on the way to each buffer written in place). A
-    read the rule "a read the backend evaluates late" would copy for is then known to happen before a
-    later call: ``buf = state * 2; op(buf[1:3]); op(state); return buf`` under v1, where the
+    found by ``apply_plan`` on the way to each buffer written in place). A read the rule "a
+    read the backend evaluates late" would copy for is then known to happen before a later
+    call: ``buf = state * 2; op(buf[1:3]); op(state); return buf`` under v1, where the
     pin of ``buf`` for the first call computes it before the second call writes ``state``
     (autofunc copied ``state``, 4 bytes more than PyTorch's built-in v1).
 

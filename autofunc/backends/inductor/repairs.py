@@ -16,7 +16,7 @@ from torch import fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ...hops.adapter import mutation_targets
-from ...passes.alias import VIEW_OPS
+from ...passes.memory_ops import VIEW_OPS
 from ...passes.emit import emit_clone
 from ...passes.context import Pass
 from .share_views import share_input_views
