@@ -49,7 +49,7 @@ from torch import fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 import autofunc
-from autofunc import inductor
+from autofunc.backends.inductor import glue as inductor
 from autofunc.bench.compile_time import CONFIG
 from autofunc.bench.model import MUTABLE_OPS, ModelConfig, TinyDecoder, make_inputs
 from autofunc.hops.adapter import mutation_targets

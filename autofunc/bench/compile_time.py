@@ -71,7 +71,8 @@ class CompileRecord:
     nodes: int | None = None  # all nodes of the graph(s) that pass saw
     cold_s: float | None = None  # first compile, empty kernel cache
     warm_s: float | None = None  # second compile, kernels cached, every graph pass run again
-    autofunc_pass_s: float | None = None  # (warm compile) autofunc.backends.inductor.glue.reinplace
+    # (warm compile) autofunc.backends.inductor.glue.reinplace
+    autofunc_pass_s: float | None = None
     builtin_reinplace_s: float | None = None  # (warm) reinplace_inplaceable_ops
     builtin_decompose_s: float | None = None  # (warm) decompose_auto_functionalized
     pass_gc_s: float | None = None  # of pass_s: Python's cyclic GC collecting during the pass
@@ -306,7 +307,8 @@ def format_table(records: list[CompileRecord]) -> str:
     ]
     out.append(
         "builtin pass = reinplace_inplaceable_ops + decompose_auto_functionalized; autofunc "
-        "pass = autofunc.backends.inductor.glue.reinplace (analysis + rewrite); both from the warm compile, "
+        "pass = autofunc.backends.inductor.glue.reinplace (analysis + rewrite); both from the "
+        "warm compile, "
         "gc = the part of it Python's garbage collector took, /hop = the pass per HOP node (gc "
         "included), /hop-gc = without it; nodes = all nodes of the graph the pass saw. "
         "warm/cold: end-to-end first call "

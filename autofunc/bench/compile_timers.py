@@ -133,7 +133,7 @@ def install_timers(config: str) -> Timers:
     from torch._higher_order_ops import auto_functionalize as builtin_hops
     from torch._inductor.fx_passes import post_grad
 
-    from .. import inductor
+    from ..backends.inductor import glue as inductor
     from ..hops.adapter import accepted, mutation_targets
     from ..registry import routing
 
