@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 # Triton kernels run on CPU under the interpreter; this must be set before torch (whose
 # Inductor imports triton) is imported. An explicit TRITON_INTERPRET=0 (on a GPU) is kept.
@@ -29,6 +30,37 @@ _NESTED_REGIONS = pytest.mark.skipif(
 )
 
 
+# The test tiers
+# Three tiers, one command each (the README gives their durations):
+#   pytest -m quick   every test but the files below, the slow and the vLLM ones: at most
+#                     5 minutes on a 2-core machine
+#   pytest            the suite as CI runs it (.ci/run): everything but the slow conformance
+#                     cells
+#   pytest -m slow    the slow tests, the slow conformance cells among them
+# The files below are left out of the quick tier: each takes 6 s or more in all, together
+# about 70% of the full suite's time (``pytest --durations=0``, 2026-11-28, 2-core CPU, under
+# load: the suite 13.4 min, these 9.4). A slow new file belongs here.
+NOT_QUICK = frozenset(
+    {
+        "test_vllm.py",  # vLLM itself: 157 s
+        "test_startup_race.py",  # fresh interpreters racing their first compile: 95 s
+        "conformance/test_conformance.py",  # the CI slice of the matrix: 82 s
+        "test_compare.py",  # the program corpus under every configuration: 59 s
+        "test_tp_decoder.py",  # two ranks: 33 s
+        "test_fuzz.py",  # a seeded fuzz slice: 27 s
+        "test_readme.py",  # the README's commands as printed: 22 s
+        "test_cache_hit_report.py",  # fresh processes reading Inductor's cache: 18 s
+        "test_worker.py",  # the benchmark's worker processes: 15 s
+        "test_examples.py",  # the examples as scripts: 15 s
+        "test_diagnostics.py",  # TORCH_LOGS in a fresh process: 13 s
+        "test_bench.py",  # the benchmark end to end: 11 s
+        "test_packaging.py",  # builds the wheel: 8 s
+        "test_gpu_campaign.py",  # the GPU campaign's dry runs: 6 s
+    }
+)
+_TESTS = Path(__file__).parent
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
@@ -36,6 +68,10 @@ def pytest_collection_modifyitems(items):
             str(v) for v in params.values()
         ):
             item.add_marker(_NESTED_REGIONS)
+        # the test tiers (above): everything else is quick
+        where = Path(str(item.fspath)).relative_to(_TESTS).as_posix()
+        if where not in NOT_QUICK and not {"slow", "vllm"} & set(item.keywords):
+            item.add_marker(pytest.mark.quick)
 
 
 @pytest.fixture(autouse=True)
