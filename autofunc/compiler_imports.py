@@ -13,7 +13,7 @@ through, and ``torch.compile`` enters them through Dynamo's backend registry (no
 or through Inductor (``backend="inductor"``). Two threads that enter the pair through two
 different modules can each hold a lock the other waits for; Python detects that and hands one
 of them a partially initialised module. A registration racing the first compile in another
-thread then failed both (issue 32: ``ImportError ... partially initialized module``,
+thread then failed both (seen as ``ImportError ... partially initialized module``,
 ``_DeadlockError``, ``KeyError: 'torch._dynamo'``, in most runs), and no single order of entry
 avoids it, since ``torch.compile`` itself uses two.
 

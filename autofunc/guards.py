@@ -124,7 +124,7 @@ def compile_lock() -> Any:
     registrations]). A registration changed by another thread in between left the frame's code
     guarded as valid for a state it was not compiled under: a graph of PyTorch's
     ``auto_functionalized_v2`` for an op that then had autofunc's Functionalize kernel, whose
-    run raised "Cannot auto-functionalize op" (issue 18, item 9b). Dynamo holds this lock for
+    run raised "Cannot auto-functionalize op". Dynamo holds this lock for
     a whole frame compile, tracing, backend and guards included, so a registration change
     waits for a compile in flight, and the frames compiled before it are guarded on the state
     they saw. The same thread may hold it already (a registration inside a backend).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU campaign in two parts, each one command of at most 300 s of step budgets (issue 30):
+# The GPU campaign in two parts, each one command of at most 300 s of step budgets:
 #
 #   scripts/gpu_campaign.sh part1 "$OUT"            # on the GPU machine: set-up, kernel bandwidth,
 #                                                   # tests under real codegen, bench-triton

@@ -1,4 +1,4 @@
-"""Swapping autofunc in for PyTorch's built-in must not lose programs (issue 7, items 1, 5-8):
+"""Swapping autofunc in for PyTorch's built-in must not lose programs:
 ``-> None`` schemas, argument identity, compiles in other threads, registrations made or
 changed after a compile, and ``explain`` leaving the user's registrations and caches alone."""
 
@@ -72,7 +72,7 @@ class _Recorder:
 @pytest.mark.parametrize("strategy", ["v1", "v2"])
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_none_returning_schema(lib, strategy, backend):
-    # Item 1: "-> None" is legal and common; it used to be rejected at register().
+    # "-> None" is legal and common; it used to be rejected at register().
     op = _define_none_op(lib)
     with autofunc.register(op, strategy=strategy):
 
@@ -107,7 +107,7 @@ def test_none_returning_schema_under_export(lib, strategy):
 
 
 def test_inductor_compiles_in_another_thread():
-    # Item 6: Inductor's config is per thread in torch 2.13; a server compiles off the thread
+    # Inductor's config is per thread in torch 2.13; a server compiles off the thread
     # that called register().
     op = _axpy._opoverload
     with autofunc.register(op, strategy="v2"):
@@ -135,7 +135,7 @@ def test_inductor_compiles_in_another_thread():
 
 
 def test_register_after_compile_recompiles():
-    # Item 7: a function compiled while the op was PyTorch's must pick up a later register()
+    # A function compiled while the op was PyTorch's must pick up a later register()
     # (and every later change of strategy, and remove()) on its next call.
     op = _axpy._opoverload
     rec = _Recorder()
@@ -234,7 +234,7 @@ def test_override_restores_registrations_and_keeps_compiled_code():
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_explain_leaves_registrations_and_caches(backend):
-    # Item 8: explain(strategy=...) used to take the op over (the user's remove() became a
+    # explain(strategy=...) used to take the op over (the user's remove() became a
     # no-op) and reset the whole Dynamo cache.
     rec, handle, compiled, x = _compiled_under_v2()
     report = autofunc.explain(
@@ -261,7 +261,7 @@ def _two(a: torch.Tensor, b: torch.Tensor) -> None:
 @pytest.mark.parametrize("strategy", ["v1", "v2"])
 @pytest.mark.parametrize("path", ["hop", "pass", "inductor"])
 def test_aliased_arguments_stay_distinct_objects(strategy, path):
-    # Item 5: eager passes op(x.alias(), x) two objects over one storage; regenerated from one
+    # Eager passes op(x.alias(), x) two objects over one storage; regenerated from one
     # base they used to arrive as one object (Note [Arguments keep their identity]), and
     # Inductor passes an aten.alias as the buffer itself (Note [A fresh alias Inductor keeps]).
     from autofunc.testing import compile_capture
@@ -285,7 +285,7 @@ def test_aliased_arguments_stay_distinct_objects(strategy, path):
 
 
 def test_reports_are_collected_per_block_and_bounded():
-    # Issue 10 item 3: reports used to accumulate for the life of the process.
+    # Reports used to accumulate for the life of the process.
     from autofunc import inductor, reports
 
     def f(x, out):
@@ -312,7 +312,7 @@ def test_reports_are_collected_per_block_and_bounded():
 
 
 def test_registry_imports_no_backend():
-    # Issue 10 item 2: the registry is pure; the Inductor glue depends on it, not the reverse.
+    # The registry is pure; the Inductor glue depends on it, not the reverse.
     import ast
     import importlib
     import inspect

@@ -1,4 +1,4 @@
-"""Diagnostics on a cache hit (issue 32 item 3; Note [Reports on a cache hit] in
+"""Diagnostics on a cache hit (Note [Reports on a cache hit] in
 autofunc/backends/inductor/glue.py): the second run of a compiled program, a fresh process with the first
 run's Inductor cache, shows the same report as the first through ``collect_reports``,
 ``last_reports``, ``counters["autofunc"]``, ``TORCH_LOGS=autofunc`` and the trace artifact,

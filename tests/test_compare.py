@@ -21,7 +21,7 @@ PROGRAMS = {
     # the op returns a tensor: Inductor reuses its buffer for ``s * 2``, as under the built-in
     # (Note [The Functionalize kernel and Inductor]); the clone is the program's own
     "returns_and_mutates": 1,
-    # issue 18: a native in-place op after the calls (the copy-back is of its value), a view of
+    # a native in-place op after the calls (the copy-back is of its value), a view of
     # the cache returned (AOTAutograd regenerates it from the input), a copy of one returned
     # (the built-in v2 returns a view of the input: wrong aliasing)
     "kv_then_native_inplace": 0,
@@ -35,7 +35,7 @@ PROGRAMS = {
     "sglang_rope_inplace": 0,
     "sglang_rope_set_kv": 0,
     "rope_in_place": 0,  # per-layer caches over one storage (the built-in clones none)  # the copy into dst moves before the call (the built-in copies src)
-    # issue 31 item 3: vLLM's fused norm + fp8 quant chain, each output a fresh empty(fp8)
+    # vLLM's fused norm + fp8 quant chain, each output a fresh empty(fp8)
     # written in place; as many bytes as the built-in v2 (was 1,368 B more)
     "fp8_norm_quant_chain": 0,
 }
@@ -89,23 +89,23 @@ def test_bytes_gate_fails_above_a_correct_builtin_or_the_necessary_bytes():
     assert bytes_gate([Row(name, "autofunc_v2", correct=True, allocated=need)]) == []
 
 
-# Issue 9, item 2: programs where the built-in's re-inplacing was reported to remove a clone
+# Programs where the built-in's re-inplacing was reported to remove a clone
 # autofunc keeps. autofunc v2 allocates no more than the built-in v2 wherever that is correct.
-ITEM2 = ("bn_running_stats", "nested_region_row", "views_around", "clone_saved")
+REPORTED_CLONES = ("bn_running_stats", "nested_region_row", "views_around", "clone_saved")
 
 
 @pytest.fixture(scope="module")
-def item2_rows():
+def clone_rows():
     return {
         (name, config): run_program(name, config)
-        for name in ITEM2
+        for name in REPORTED_CLONES
         for config in ("eager", "builtin_v2", "autofunc_v2")
     }
 
 
-@pytest.mark.parametrize("name", ITEM2)
-def test_no_more_bytes_than_the_builtin(item2_rows, name):
-    ours, builtin = item2_rows[name, "autofunc_v2"], item2_rows[name, "builtin_v2"]
+@pytest.mark.parametrize("name", REPORTED_CLONES)
+def test_no_more_bytes_than_the_builtin(clone_rows, name):
+    ours, builtin = clone_rows[name, "autofunc_v2"], clone_rows[name, "builtin_v2"]
     assert not ours.error and ours.correct, ours
     if builtin.error or not builtin.correct:
         pytest.skip(f"the built-in v2 is wrong here: {builtin}")

@@ -1,7 +1,6 @@
 """Symbolic and data-dependent sizes: mutable arguments whose sizes are unbacked (``nonzero()``,
-``.item()``), ops that return unbacked sizes, and symbolic sizes in the code the pass emits
-(issue 7, items 2 and 3). Each program runs compiled and eagerly: same outputs, same final
-inputs."""
+``.item()``), ops that return unbacked sizes, and symbolic sizes in the code the pass emits.
+Each program runs compiled and eagerly: same outputs, same final inputs."""
 
 from __future__ import annotations
 
@@ -76,7 +75,7 @@ def check(fn, compiled, *inputs):
     assert result.correct, f"{result.mismatch} differ:\n{result.expected}\n{result.got}"
 
 
-# -- item 2: unbacked sizes ---------------------------------------------------------------------
+# -- unbacked sizes ----------------------------------------------------------------------------
 
 
 def _nonzero_rows(m):
@@ -144,7 +143,7 @@ def test_unbacked_bindings_follow_the_direct_call(strategy, fn, op):
     assert bound == {n.node.expr for n in sizes}
 
 
-# -- item 3: symbolic sizes in emitted code ------------------------------------------------------
+# -- symbolic sizes in emitted code -------------------------------------------------------------
 
 
 def _empty_column(x):

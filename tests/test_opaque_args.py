@@ -1,6 +1,6 @@
 """An argument the pass does not model (an opaque object, a script object, a hoisted value)
-passes through the HOPs, the pass and the report untouched (issue 29, item 1;
-Note [Opaque arguments] in autofunc/hops/adapter.py).
+passes through the HOPs, the pass and the report untouched
+(Note [Opaque arguments] in autofunc/hops/adapter.py).
 
 The op is shaped like vLLM's ``unified_attention_with_output``: it writes ``output`` (a view of
 a fresh buffer) and finds its layer through an opaque handle. Before, the pass refused the

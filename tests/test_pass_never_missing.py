@@ -1,5 +1,5 @@
 """However ``post_grad_custom_post_pass`` is set, autofunc's HOPs are decided by autofunc's
-pass (issue 29, item 2; Note [The pass is never missing] in autofunc/backends/inductor/glue.py).
+pass (Note [The pass is never missing] in autofunc/backends/inductor/glue.py).
 
 Each case compiles one small program under Inductor with the entry set another way: in
 ``torch.compile(options=...)`` and ``compile_fx(config_patches=...)`` (set again around the

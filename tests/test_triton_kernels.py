@@ -1,4 +1,4 @@
-"""User Triton kernels through autofunc's pass (``autofunc.reinplace_triton_kernels``, issue 19).
+"""User Triton kernels through autofunc's pass (``autofunc.reinplace_triton_kernels``).
 
 Each program launches a kernel with ``torch.library.wrap_triton`` (or from a ``triton_op``) on
 CPU tensors: traced against a stub sm90 target so PyTorch's analysis of what the kernel writes
@@ -453,7 +453,7 @@ def test_a_leaked_interpreter_patch_is_undone():
     assert [args for _, args, _, _ in _decisions(cap)] == [("dst_ptr",)] * 2
 
 
-# -- on a GPU: Inductor generates the code, the kernels run for real (issue 19 item 6) ---------
+# -- on a GPU: Inductor generates the code, the kernels run for real ---------------------------
 
 
 @pytest.mark.skipif(not CUDA, reason="Inductor generates code for a user Triton kernel on a GPU")

@@ -1,4 +1,4 @@
-"""autofunc inside vLLM itself (issue 29): a tiny random Llama through vLLM's CPU build, eager
+"""autofunc inside vLLM itself: a tiny random Llama through vLLM's CPU build, eager
 tokens against compiled tokens, in both of vLLM's compile modes and with its multi-process
 engine, through the one setting a user makes (``AUTOFUNC_VLLM``; autofunc/integrations/vllm.py).
 

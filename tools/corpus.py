@@ -564,7 +564,7 @@ def kv_reordered_read(kv, rows, index):
     return torch.stack(outs)
 
 
-# -- other mutations of the same memory around the calls (issue 18) -----------------------------
+# -- other mutations of the same memory around the calls ----------------------------------------
 
 
 def _kv_big_inputs(layers: int = 2):
@@ -690,7 +690,7 @@ def rope_in_place(x, w, cos):
     return (q * k).sum(-1) + v.sum(-1)
 
 
-# -- SGLang's rope call sites (issue 31, item 1) --------------------------------------------------
+# -- SGLang's rope call sites -----------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -842,7 +842,7 @@ def cache_same_dtype_view(cache, rows):
     return rows.sum()
 
 
-# -- clones PyTorch's built-in re-inplacing was reported to remove (issue 9, item 2) -------------
+# -- clones PyTorch's built-in re-inplacing was reported to remove ---------------------------
 
 
 def _bn_inputs():
@@ -917,7 +917,7 @@ def _dequant(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.
 
 @program(
     _fp8_chain_inputs,
-    "vLLM's fused norm + fp8 quant chain (issue 31): rms_norm_static_fp8_quant, "
+    "vLLM's fused norm + fp8 quant chain: rms_norm_static_fp8_quant, "
     "fused_add_rms_norm_static_fp8_quant (the residual input written), "
     "rms_norm_dynamic_per_token_quant with the residual, then with scale_ub and no residual; "
     "each output a torch.empty(fp8) between matmuls "

@@ -1,4 +1,4 @@
-"""The GPU campaign in two parts, each one command sized to a 15-minute lease (issue 30).
+"""The GPU campaign in two parts, each one command sized to 15 minutes of GPU time.
 
     python -m tools.gpu_campaign part1|part2 OUTDIR [--dry-run]
     python -m tools.gpu_campaign --readme-rows MERGED.json [MERGED.json ...] [--update FILE]

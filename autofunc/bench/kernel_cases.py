@@ -71,7 +71,7 @@ class Geometry:
 
 
 SERVING = Geometry()
-GOALS = {  # fraction of the copy's bandwidth each kernel should reach (issue 11)
+GOALS = {  # fraction of the copy's bandwidth each kernel should reach
     "reshape_and_cache": 0.8,
     "rotary_embedding": 0.8,
     "fused_add_rms_norm": 0.8,

@@ -11,7 +11,7 @@ beforehand (the gather is not timed).
 Times are ``triton.testing.do_bench`` medians (warmup 25 ms, rep 100 ms, L2 flushed between
 calls); the timer is an argument so that the runner can be tested without a GPU.
 
-Goals (issue 11): 80% of the copy for reshape_and_cache, rotary and fused add + RMSNorm, 70%
+Goals: 80% of the copy for reshape_and_cache, rotary and fused add + RMSNorm, 70%
 for paged attention. Exit status 1 when a kernel disagrees with its reference or a point
 errors (e.g. out of memory); missed goals are results, not failures.
 """

@@ -1,4 +1,4 @@
-"""The conformance suite (issue 7): upstream mutable-custom-op programs (tools/conformance), each
+"""The conformance suite: upstream mutable-custom-op programs (tools/conformance), each
 under autofunc v1 and v2 on aot_eager, Inductor, torch.export and torch.compile of an exported
 module, against eager: outputs and final inputs over two calls on fresh inputs, and no built-in
 ``auto_functionalized*`` node in any captured graph (tools.conformance.harness).
@@ -10,7 +10,7 @@ the other cells are ``slow`` (AUTOFUNC_FULL_CONFORMANCE=1 runs them). ``python -
 tools.conformance`` runs the whole matrix, PyTorch's built-in included, and writes
 results/conformance.json.
 
-Cells that fail today are strict xfails naming the issue-7 item that covers them: when a fix
+Cells that fail today are strict xfails naming their cause: when a fix
 lands, its cells XPASS and the entry must go."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ INDUCTOR_CI = {
     "ip_multiple_mutations",
     "vllm_rotary_qkv_split",
     "vllm_fused_add_rms_norm",
-    # known failures (strict xfails) that the fixes of issue 7 must turn green under Inductor
+    # known failures (strict xfails) that fixes must turn green under Inductor
     "af_unbacked_output",
     "issue_scatter_result_mutated_and_copied_back",
 }
@@ -82,7 +82,7 @@ def _slow(name: str, backend: str) -> bool:
     return False
 
 
-# Cells autofunc still fails, each with its reason (none today: every cause of issue 7 is
+# Cells autofunc still fails, each with its reason (none today: every known cause is
 # fixed). Keys are (program, strategy, backend); "*" matches any strategy / backend.
 XFAIL: dict[tuple[str, str, str], str] = {}
 

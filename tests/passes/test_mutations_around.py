@@ -1,4 +1,4 @@
-"""Other mutations of the memory a call writes (issue 18): native in-place ops and collectives
+"""Other mutations of the memory a call writes: native in-place ops and collectives
 after the call (Note [Copied back later]), and views of a mutated input returned to the caller
 (Note [Outputs AOTAutograd regenerates from inputs])."""
 

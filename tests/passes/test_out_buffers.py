@@ -1,7 +1,7 @@
 """Out-buffer ops under Inductor: a fresh ``torch.empty`` the op writes is allocated where it is
 first used, so Inductor's memory planning reuses the buffers freed before it (Note [Out
 buffers allocated where they are first used] in autofunc/backends/inductor/repairs.py). The
-program is vLLM's fused norm + fp8 quant chain (issue 31, item 3; ``fp8_norm_quant_chain`` in
+program is vLLM's fused norm + fp8 quant chain (``fp8_norm_quant_chain`` in
 tools/corpus.py), compiled with Inductor under PyTorch's built-in v2 and autofunc v1/v2."""
 
 import re

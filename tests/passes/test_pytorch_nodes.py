@@ -1,6 +1,6 @@
 """PyTorch's own ``auto_functionalized`` and ``auto_functionalized_v2`` nodes around an op,
-decided by autofunc's pass once ``reinplace_pytorch_nodes()`` is on (issue 29, item 3;
-Note [PyTorch's nodes as mutations] in autofunc/hops/pytorch_nodes.py).
+decided by autofunc's pass once ``reinplace_pytorch_nodes()`` is on
+(Note [PyTorch's nodes as mutations] in autofunc/hops/pytorch_nodes.py).
 
 No corpus op is registered: functionalization emits PyTorch's nodes, and the adapters read
 them. Every corpus program is checked against eager (outputs and mutated inputs) through the

@@ -1,4 +1,4 @@
-"""A read-only argument that is exactly the memory of a written one (issue 31, item 1; Note
+"""A read-only argument that is exactly the memory of a written one (Note
 [Read arguments eager aliases] in hops/v2.py): SGLang's rope passes ``query.view(-1, H, D)``
 twice, as the read ``q`` and the written ``q_rope``. The op gets one memory for both, as in
 eager, with no clone; a read that merely overlaps, or covers the memory with other strides,

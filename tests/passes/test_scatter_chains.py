@@ -1,4 +1,4 @@
-"""A call that writes several views of one fresh buffer under a v1 node (issue 29, vLLM's
+"""A call that writes several views of one fresh buffer under a v1 node (vLLM's
 ``rotary_embedding(positions, query, key)`` with ``query, key = qkv.split(...)``): the write-back
 is a chain of ``slice_scatter``s, and no clone is needed (Note [Scatter chains overwrite what
 they copy] and Note [A call's value read where it was written] in autofunc/passes/alias.py).

@@ -1,4 +1,4 @@
-"""Written arguments that are ``view``s of a slice (issue 31 item 2): SGLang's in-place rope
+"""Written arguments that are ``view``s of a slice: SGLang's in-place rope
 writes ``qkv.split(...)[0].view(-1, H, D)``, vLLM's attention writes ``output.view(-1, H, D)``.
 Under v2 each is regenerated from its cloned base with select/slice steps and one ``View`` step
 (Note [Inferring view steps] in autofunc/views/inference.py), never ``as_strided``; the pass
@@ -155,8 +155,8 @@ def test_under_inductor(dynamic):
 
 
 def test_sglang_rope_written_views_are_view_steps():
-    # The written q_out/k_out, and the read q/k over exactly their memory (issue 31 item 1,
-    # Note [A read argument over exactly the written memory]), are views of qkv: view steps.
+    # The written q_out/k_out, and the read q/k over exactly their memory
+    # (Note [A read argument over exactly the written memory]), are views of qkv: view steps.
     compiled, captured = compile_capture(sglang_rope)
     check = run_against_eager(sglang_rope, compiled, _inputs(sglang_rope))
     assert check.correct, check.mismatch

@@ -16,7 +16,7 @@ on the captured graph under autofunc strategies), ``inductor`` (the post-grad gr
 by a ``post_grad_custom_pre_pass``, before either re-inplace pass runs) and ``export``
 (``torch.export.export(...).module()``, then ``run_decompositions().module()``) and
 ``export_compile`` (``torch.compile`` of ``run_decompositions().module()``, whose graph already
-holds the HOP, through ``compile_capture``: the second path of issue 7 item 4).
+holds the HOP, through ``compile_capture``: the second path).
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def _run_export(program: Program, strategy: str) -> list[str]:
 
 
 def _run_export_compile(program: Program, strategy: str) -> list[str]:
-    """``torch.compile`` of each decomposed export's module (issue 7 item 4's second path)."""
+    """``torch.compile`` of each decomposed export's module (the second path)."""
     seen: list[str] = []
     for fwd, calls, mode, ep in _exports(program):
         with mode:

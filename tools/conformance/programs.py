@@ -960,7 +960,7 @@ def vllm_mutated_args_and_return(x):
 
 
 # ================================================================================================
-# The two bug classes of issue 7 item 10 (PyTorch issues #198131 and #195451), in the same form
+# The two bug classes of PyTorch issues #198131 and #195451), in the same form
 # ================================================================================================
 
 ISSUES = "pytorch_issues"
