@@ -38,13 +38,13 @@ from ...guards import guard_current_compile
 from ...hops import pytorch_nodes as _pytorch_nodes
 from ...hops import triton as _triton
 from ...hops.adapter import accepted, mutation_targets
-from .policy import INDUCTOR
-from ...passes.reinplace import reinplace
 from ...passes.copies import account_copies
+from ...passes.reinplace import reinplace
 from ...passes.report import Report
-from ...reports import collect_reports, deliver, last_reports
 from ...registry import switches
 from ...registry.switches import pass_key
+from ...reports import collect_reports, deliver, last_reports
+from .policy import INDUCTOR
 
 __all__ = [
     "ReinplacePass",

@@ -51,10 +51,10 @@ import torch
 from torch import fx
 
 from ...hops.adapter import mutation_targets, read_node
-from ...symbolic import is_symbolic, nbytes_hint
-from ...passes.memory_ops import VIEW_OPS
 from ...passes.emit import emit
+from ...passes.memory_ops import VIEW_OPS
 from ...passes.walks import users_through_views, view_root
+from ...symbolic import is_symbolic, nbytes_hint
 
 _aten = torch.ops.aten
 

@@ -18,17 +18,17 @@ from torch import fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ...hops.adapter import Mutation
-from ...symbolic import contiguous_or_false, overlaps_itself
-from ...passes.memory_ops import VIEW_OPS
-from ...passes.emit import CloneKind, emit, pin_layout
 from ...passes.context import Buffer, Pass, Query, written_regions
+from ...passes.emit import CloneKind, emit, pin_layout
 from ...passes.facts import aliased_args
-from .ops import FRESH_ALIAS, WRITTEN
-from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
-from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
+from ...passes.memory_ops import VIEW_OPS
 from ...passes.policy import LateReads, Policy
 from ...passes.targets import per_target
 from ...passes.walks import view_walk
+from ...symbolic import contiguous_or_false, overlaps_itself
+from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
+from .ops import FRESH_ALIAS, WRITTEN
+from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
 
 __all__ = ["INDUCTOR", "InductorPolicy", "computed_where_taken", "lazy_under_inductor"]
 

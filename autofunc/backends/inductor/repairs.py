@@ -16,11 +16,11 @@ from torch import fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ...hops.adapter import mutation_targets
-from ...passes.memory_ops import VIEW_OPS
-from ...passes.emit import emit_clone
 from ...passes.context import Pass
-from .share_views import share_input_views
+from ...passes.emit import emit_clone
+from ...passes.memory_ops import VIEW_OPS
 from ...passes.walks import copy_calls, input_copies, users_through_views, view_root, view_walk
+from .share_views import share_input_views
 
 __all__ = ["REPAIRS_AFTER", "REPAIRS_BEFORE"]
 
