@@ -19,16 +19,16 @@ compiled before its op was registered at all ran none of autofunc's code and has
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable
 
 import torch
 
 from .compiler_imports import import_compiler
+from .logs import get_logger
 
 __all__ = ["compile_lock", "drop_compiled_code", "guard_current_compile"]
 
-log = logging.getLogger("autofunc.guards")
+log = get_logger("autofunc.guards")
 
 
 def guard_current_compile(token: Callable[[], Any]) -> bool:

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .logs import get_logger
+
 __all__ = ["collect_reports", "deliver", "last_reports", "publish"]
 
-# the logger PyTorch's TORCH_LOGS=autofunc switches on (registered in autofunc/__init__.py)
-log = logging.getLogger("autofunc.inductor")
+# the logger PyTorch's TORCH_LOGS=autofunc switches on; its records reach the user once
+# (Note [Each record once] in autofunc/logs.py)
+log = get_logger("autofunc.inductor")
 
 
 class _Reports:

@@ -40,7 +40,6 @@ Imports ``adapter``, ``v1`` (the mutable slots of a call), ``v2_entries``, ``vie
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any
 
 import torch
@@ -52,10 +51,11 @@ from ..schema import op_info, qualname
 from .adapter import Mutation, Slot, register_adapter, registered, unregister_adapter
 from .v1 import mutable_slots
 from .v2_entries import TracedBases, read_slots
+from ..logs import get_logger
 
 __all__ = ["PyTorchCall", "PyTorchV1Adapter", "PyTorchV2Adapter", "enable", "enabled"]
 
-log = logging.getLogger("autofunc.reinplace")
+log = get_logger("autofunc.reinplace")
 
 _V1 = torch.ops.higher_order.auto_functionalized
 _V2 = torch.ops.higher_order.auto_functionalized_v2

@@ -34,7 +34,6 @@ Imports ``adapter``, ``views``, ``errors`` and ``symbolic`` only (and PyTorch's 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any, ClassVar
 
 import torch
@@ -44,10 +43,11 @@ from torch.utils import _pytree as pytree
 from ..errors import UnsupportedCallError
 from .adapter import DirectCall, Mutation, register_adapter, registered, unregister_adapter
 from .v2_entries import TracedBases, read_slots
+from ..logs import get_logger
 
 __all__ = ["RegionCall", "SubgraphAdapter", "enable", "enabled"]
 
-log = logging.getLogger("autofunc.reinplace")
+log = get_logger("autofunc.reinplace")
 
 _BUILTIN_V2 = torch.ops.higher_order.auto_functionalized_v2
 # the node's own keywords besides the op's arguments and their view entries

@@ -40,13 +40,14 @@ ops the CPU build does not define (``AttributeError``; defined here as never-cal
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
+from ..logs import get_logger
+
 __all__ = ["OPS", "AutofuncFixFunctionalization", "load", "mode"]
 
-log = logging.getLogger("autofunc.vllm")
+log = get_logger("autofunc.vllm")
 
 #: The mutable ops vLLM's CPU path compiles, registered under ``AUTOFUNC_VLLM=register``.
 OPS = ("vllm::unified_attention_with_output", "_C::rotary_embedding", "_C::onednn_mm")

@@ -22,7 +22,6 @@ regions); nothing here knows about HOP semantics.
 from __future__ import annotations
 
 import bisect
-import logging
 from typing import Any, Iterable
 
 import torch
@@ -45,8 +44,9 @@ from .memory_ops import (
     read_kind,
     storage_address,
 )
+from ..logs import get_logger
 
-log = logging.getLogger("autofunc.passes.alias")
+log = get_logger("autofunc.passes.alias")
 
 __all__ = ["AliasAnalysis"]
 

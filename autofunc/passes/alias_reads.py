@@ -7,17 +7,17 @@ unread) included.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any
 
 import torch.fx as fx
 
 from ..regions import Region, contains, is_empty, overlaps, region_of, same_geometry
 from .memory_ops import SCATTER_VIEWS
+from ..logs import get_logger
 
 __all__ = ["CHAIN_READS", "Read", "ScatterReads", "nonempty"]
 
-log = logging.getLogger("autofunc.passes.alias")
+log = get_logger("autofunc.passes.alias")
 
 # How many reads Note [Scatter chains overwrite what they copy] looks at before it gives up.
 CHAIN_READS = 4096

@@ -11,7 +11,6 @@ decides nothing. Symbolic sizes reach emitted code only as graph nodes (``geomet
 from __future__ import annotations
 
 import enum
-import logging
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -32,8 +31,9 @@ from ..symbolic import (
 )
 from .copies import tag_emitted
 from .targets import per_target
+from ..logs import get_logger
 
-log = logging.getLogger("autofunc.passes.emit")
+log = get_logger("autofunc.passes.emit")
 
 __all__ = [
     "NO_VAL",

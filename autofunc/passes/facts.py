@@ -6,7 +6,6 @@ and their regions (step 3a). Pure queries of the graph; nothing here rewrites it
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
@@ -17,6 +16,7 @@ from ..hops.adapter import Mutation
 from ..regions import overlaps
 from .context import Buffer, SavedTensors
 from .walks import input_copies
+from ..logs import get_logger
 
 __all__ = [
     "aliased_args",
@@ -31,7 +31,7 @@ __all__ = [
     "saved_tensors",
 ]
 
-log = logging.getLogger("autofunc.passes.facts")
+log = get_logger("autofunc.passes.facts")
 
 
 # -- step 3a: what each call writes -----------------------------------------------------------

@@ -50,7 +50,6 @@ later" respect about the backend.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import operator
 from typing import Any
 
@@ -106,10 +105,11 @@ from .rules import RULES, Rule, decide
 from .scatters import fold_scatters
 from .stale_views import refresh_stale_views
 from .walks import view_walk
+from ..logs import get_logger
 
 __all__ = ["RULES", "Plan", "Rule", "apply_plan", "plan_buffer", "reinplace"]
 
-log = logging.getLogger("autofunc.reinplace")
+log = get_logger("autofunc.reinplace")
 
 _aten = torch.ops.aten
 

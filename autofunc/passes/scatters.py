@@ -5,7 +5,6 @@ is ``x`` once ``select(x, 0, l)`` was written directly), and the view comparison
 
 from __future__ import annotations
 
-import logging
 
 from typing import Any
 
@@ -16,10 +15,11 @@ from .alias import AliasAnalysis
 from .memory_ops import SCATTER_VIEWS, VIEW_OPS
 from .context import Pass
 from .walks import view_root
+from ..logs import get_logger
 
 __all__ = ["SAME_BYTES", "all_scatters_fold", "fold_scatters"]
 
-log = logging.getLogger("autofunc.passes.scatters")
+log = get_logger("autofunc.passes.scatters")
 
 _aten = torch.ops.aten
 

@@ -33,7 +33,6 @@ constant held as a real tensor is left as it was.
 
 from __future__ import annotations
 
-import logging
 import operator
 from typing import Any
 
@@ -45,10 +44,11 @@ from ..symbolic import known
 from .memory_ops import VIEW_OPS, storage_address
 from .emit import fake_value
 from .targets import per_target
+from ..logs import get_logger
 
 __all__ = ["refresh_stale_views"]
 
-log = logging.getLogger("autofunc.passes.stale_views")
+log = get_logger("autofunc.passes.stale_views")
 
 
 def refresh_stale_views(graph: fx.Graph) -> list[fx.Node]:

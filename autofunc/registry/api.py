@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -23,6 +22,7 @@ from ..errors import AutofuncError, UnsupportedOpError
 from ..schema import OpInfo, op_info, qualname, resolve
 from .routing import registry_state, route, run_backend_hooks
 from .state import STRATEGIES
+from ..logs import get_logger
 
 __all__ = [
     "Registration",
@@ -35,7 +35,7 @@ __all__ = [
     "release_if_unused",
 ]
 
-log = logging.getLogger("autofunc.registry")
+log = get_logger("autofunc.registry")
 
 
 @dataclasses.dataclass

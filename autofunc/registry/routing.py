@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -27,10 +26,11 @@ from ..hops.v1 import functionalize_v1, inexact_slot, mutable_slots
 from ..hops.v2 import eager_aliases, functionalize_v2
 from ..schema import OpInfo, op_info, qualname
 from .state import RegistryState
+from ..logs import get_logger
 
 __all__ = ["add_backend_hook", "state_token"]
 
-log = logging.getLogger("autofunc.registry")
+log = get_logger("autofunc.registry")
 
 
 # Note [Backend hooks]

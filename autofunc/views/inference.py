@@ -12,7 +12,6 @@ modules of ``autofunc.views`` below it (not ``wire``).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import torch
@@ -23,8 +22,9 @@ from .chain import ViewChain
 from .geometry import Geom, IntLike, coalesced, rescale, simplify, split_at
 from .search import Matching, is_full, matching_cost, matchings, offset_terms, solve_offset
 from .steps import AsStrided, DtypeView, Select, Slice, Step, View
+from ..logs import get_logger
 
-log = logging.getLogger("autofunc.views")
+log = get_logger("autofunc.views")
 
 __all__ = ["infer_dtype_view", "infer_view", "infer_view_of"]
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import logging
 import sys
 import threading
 import weakref
@@ -38,6 +37,7 @@ from ...guards import guard_current_compile
 from ...hops import pytorch_nodes as _pytorch_nodes
 from ...hops import triton as _triton
 from ...hops.adapter import accepted, mutation_targets
+from ...logs import get_logger
 from ...passes.copies import account_copies
 from ...passes.reinplace import reinplace
 from ...passes.report import Report
@@ -55,7 +55,7 @@ __all__ = [
     "uninstall_pass",
 ]
 
-log = logging.getLogger("autofunc.inductor")
+log = get_logger("autofunc.inductor")
 
 
 # guards the Inductor cache hooks' state (``_unclaimed``, ``_hooked``)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import logging
 from typing import Any
 
 import torch
@@ -16,6 +15,7 @@ from torch import fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ...hops.adapter import mutation_targets
+from ...logs import get_logger
 from ...passes.context import Pass
 from ...passes.emit import emit_clone
 from ...passes.memory_ops import VIEW_OPS
@@ -24,7 +24,7 @@ from .share_views import share_input_views
 
 __all__ = ["REPAIRS_AFTER", "REPAIRS_BEFORE"]
 
-log = logging.getLogger("autofunc.backends.inductor.repairs")
+log = get_logger("autofunc.backends.inductor.repairs")
 
 _aten = torch.ops.aten
 
