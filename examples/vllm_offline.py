@@ -4,6 +4,7 @@
     python examples/vllm_offline.py                        # AUTOFUNC_VLLM=1, vLLM's default mode
     python examples/vllm_offline.py --autofunc register    # also register vLLM's ops with autofunc
     python examples/vllm_offline.py --compile-mode vllm    # vLLM's own compile mode (pass manager)
+    python examples/vllm_offline.py --custom-ops default   # vLLM's default custom ops (rotary as torch)
     python examples/vllm_offline.py --mp                   # vLLM's multi-process engine
     python examples/vllm_offline.py --autofunc 0           # vLLM as it is, for comparison
 
@@ -14,7 +15,13 @@ compiled runs each happen in a fresh process, the only setting autofunc needs be
 environment variable ``AUTOFUNC_VLLM`` (``autofunc/integrations/vllm.py``), which reaches every
 vLLM process through its plugin entry point. In-process runs also print autofunc's report and
 count the copy nodes (clone, copy_, *_scatter) of every graph Inductor lowers. Exits 1 when the
-tokens differ. ``--json PATH`` writes everything measured.
+tokens differ. ``--json PATH`` writes everything measured, with the compile mode vLLM ended up
+in and its custom-op setting.
+
+Custom ops: by default the run enables vLLM's rotary op (``custom_ops=["+rotary_embedding"]``),
+a mutable custom op writing query and key in place, which vLLM's compile mode on CPU leaves
+off otherwise (its default there is ``"none"``: every vLLM CustomOp runs as plain torch code);
+``--custom-ops default`` passes no setting, ``--custom-ops +rms_norm,+rotary_embedding`` any list.
 """
 
 from __future__ import annotations
@@ -54,7 +61,9 @@ def child(args: argparse.Namespace) -> dict:
 
     from vllm import LLM, SamplingParams
 
-    compilation: dict = {"custom_ops": ["+rotary_embedding"]}
+    compilation: dict = {}
+    if args.custom_ops != "default":
+        compilation["custom_ops"] = [op for op in args.custom_ops.split(",") if op]
     if args.compile_mode == "vllm":
         compilation["mode"] = "VLLM_COMPILE"
     measured: dict = {"copies": [], "reports": []}
@@ -75,6 +84,9 @@ def child(args: argparse.Namespace) -> dict:
         max_model_len=args.tokens, max_num_seqs=8,
     )
     measured["init_s"] = time.perf_counter() - start
+    cc = llm.llm_engine.vllm_config.compilation_config  # as vLLM (and the plugin) left it
+    measured["vllm_mode"] = cc.mode.name
+    measured["vllm_custom_ops"] = list(cc.custom_ops)
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": ids} for ids in PROMPTS], params)
     measured["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
@@ -95,7 +107,8 @@ def child(args: argparse.Namespace) -> dict:
 def run_child(args: argparse.Namespace, which: str) -> dict:
     env = dict(os.environ)
     env["AUTOFUNC_VLLM"] = args.autofunc if which == "compiled" else "0"
-    env["AUTOFUNC_VLLM_FORCE_COMPILE"] = "1" if args.compile_mode == "vllm" else "0"
+    vllm_mode = args.compile_mode == "vllm" and which == "compiled"
+    env["AUTOFUNC_VLLM_FORCE_COMPILE"] = "1" if vllm_mode else "0"
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if args.mp else "0"
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     # A cache hit skips the post-grad passes, autofunc's and the copy count's (vLLM's own
@@ -104,7 +117,8 @@ def run_child(args: argparse.Namespace, which: str) -> dict:
     env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
     cmd = [sys.executable, __file__, "--child", which, "--model", args.model,
            "--autofunc", args.autofunc, "--compile-mode", args.compile_mode,
-           "--tokens", str(args.tokens), "--max-tokens", str(args.max_tokens)]
+           "--tokens", str(args.tokens), "--max-tokens", str(args.max_tokens),
+           "--custom-ops", args.custom_ops]
     cmd += ["--no-reinplace"] if args.no_reinplace and which == "compiled" else []
     cmd += ["--mp"] if args.mp else []
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -121,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="AUTOFUNC_VLLM for the compiled run (default 1)")
     parser.add_argument("--compile-mode", default="default", choices=["default", "vllm"],
                         help="vLLM's default on CPU (whole-graph Inductor) or its own mode")
+    parser.add_argument("--custom-ops", default="+rotary_embedding",
+                        help="vLLM's custom_ops, comma-separated (default +rotary_embedding), "
+                        "or 'default' for vLLM's own setting")
     parser.add_argument("--mp", action="store_true", help="vLLM's multi-process engine")
     parser.add_argument("--tokens", type=int, default=256, help="max_model_len")
     parser.add_argument("--max-tokens", type=int, default=8, help="tokens to generate")
@@ -151,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"eager tokens:    {eager['tokens']}")
     print(f"compiled tokens: {compiled['tokens']}  ({'equal' if same else 'DIFFERENT'})")
     print(f"compile + load: {compiled['init_s']:.1f} s (eager {eager['init_s']:.1f} s)")
+    print(f"vLLM's compile mode: {compiled['vllm_mode']}, custom ops: "
+          f"{compiled['vllm_custom_ops']}")
     if not args.mp:
         print(f"copy nodes in the lowered graphs: {len(copies)}, "
               f"{sum(b for _, b in copies)} B")

@@ -95,9 +95,24 @@ def test_attention_op_registered(eager_json, tmp_path):
 
 def test_vllm_compile_mode(eager_json, tmp_path):
     result = run(eager_json, tmp_path, "--compile-mode", "vllm")
+    assert result["compiled"]["vllm_mode"] == "VLLM_COMPILE"
     reports = result["compiled"]["reports"]
     assert reports and all("in vLLM's pass manager" in r for r in reports)
     assert _copies(result) == [] == _report_copies(result)
+
+
+def test_vllm_compile_mode_without_autofunc(eager_json, tmp_path):
+    """AUTOFUNC_VLLM_FORCE_COMPILE=1 alone: vLLM in its own compile mode, as it is (piecewise:
+    2 layers, 3 pieces; its FixFunctionalizationPass, no autofunc pass), not the whole-graph
+    mode vLLM falls back to on CPU."""
+    result = run(eager_json, tmp_path, "--compile-mode", "vllm", "--autofunc", "0")
+    compiled = result["compiled"]
+    assert compiled["vllm_mode"] == "VLLM_COMPILE"
+    assert len(compiled["copies"]) == 3  # the pieces around the 2 attention calls
+    assert compiled["reports"] == []
+    # vLLM's own pass manager removes the clones and keeps the rotary's write-back scatters
+    names = sorted(c[0].rsplit("_", 1)[0] if c[0][-1].isdigit() else c[0] for c in _copies(result))
+    assert len(names) == 4 and all(n.startswith("slice_scatter") for n in names), names
 
 
 def test_multiprocess_engine(eager_json, tmp_path):

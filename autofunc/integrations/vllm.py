@@ -12,7 +12,9 @@ the ``vllm.general_plugins`` entry point (``pyproject.toml``). Unset or ``0``, i
                              (:data:`OPS`; those the build lacks are skipped)
     AUTOFUNC_VLLM_FORCE_COMPILE=1   on CPU, keep vLLM's own compile mode (``VLLM_COMPILE``, its
                              pass manager) instead of the whole-graph Inductor vLLM falls back to
-                             there, with the CPU workarounds below
+                             there, with the CPU workarounds below; also with ``AUTOFUNC_VLLM``
+                             unset, so that vLLM alone (its own ``FixFunctionalizationPass``)
+                             is measured in that mode
 
 Note [autofunc in vLLM's pass manager]
 vLLM's compile mode hands Inductor its ``PostGradPassManager`` as ``post_grad_custom_post_pass``
@@ -36,6 +38,9 @@ manager's fusion passes are imported for CUDA/XPU only, so any ``fuse_*`` flag o
 ``NameError`` (turned off); ``compile_sizes`` stays ``None`` on CPU and the piecewise backend
 asserts it is a list (set to ``[]``); ``FixFunctionalizationPass`` compares nodes with ``_C``
 ops the CPU build does not define (``AttributeError``; defined here as never-called stubs).
+The setting works without ``AUTOFUNC_VLLM`` too: vLLM then runs in its compile mode as it is
+(piecewise, its pass manager, its own ``FixFunctionalizationPass``), which is what a vLLM user
+compares autofunc against; ``load`` applies it before looking at ``AUTOFUNC_VLLM``.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from typing import Any
 
 from ..logs import get_logger
 
-__all__ = ["OPS", "AutofuncFixFunctionalization", "load", "mode"]
+__all__ = ["OPS", "AutofuncFixFunctionalization", "force_compile", "load", "mode"]
 
 log = get_logger("autofunc.vllm")
 
@@ -83,10 +88,25 @@ def mode() -> str:
     )
 
 
+def force_compile() -> bool:
+    """The setting of ``AUTOFUNC_VLLM_FORCE_COMPILE``: ``1`` keeps vLLM's own compile mode on
+    CPU (Note [vLLM's CPU compile mode]), whether ``AUTOFUNC_VLLM`` is set or not."""
+    value = os.environ.get("AUTOFUNC_VLLM_FORCE_COMPILE", "").strip().lower()
+    if value in ("", "0", "off", "false"):
+        return False
+    if value in ("1", "on", "true"):
+        return True
+    raise ValueError(f"AUTOFUNC_VLLM_FORCE_COMPILE={value!r}: expected 1, or 0 to switch off")
+
+
 def load() -> None:
     """The ``vllm.general_plugins`` entry point: set autofunc up in this vLLM process as
-    ``AUTOFUNC_VLLM`` says (idempotent; vLLM calls it in every process)."""
+    ``AUTOFUNC_VLLM`` says, and keep vLLM's compile mode on CPU where
+    ``AUTOFUNC_VLLM_FORCE_COMPILE=1`` says so, with autofunc's pass or without it (idempotent;
+    vLLM calls it in every process)."""
     global _loaded
+    if force_compile():  # also without autofunc's pass: vLLM alone in its own compile mode
+        _keep_compile_mode_on_cpu()
     wanted = mode()
     if not wanted or _loaded == wanted:
         return
@@ -96,8 +116,6 @@ def load() -> None:
     if wanted == "register":
         _register_ops()
     _wrap_pass_manager()
-    if os.environ.get("AUTOFUNC_VLLM_FORCE_COMPILE") == "1":
-        _keep_compile_mode_on_cpu()
     _loaded = wanted
     log.info("autofunc set up in vLLM (pid %d): %s", os.getpid(), wanted)
 
@@ -187,6 +205,7 @@ def _keep_compile_mode_on_cpu() -> None:
 
     check_and_update_config.autofunc = True  # type: ignore[attr-defined]
     CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
+    log.info("autofunc: vLLM's compile mode kept on CPU (pid %d)", os.getpid())
 
 
 def _stub_fix_functionalization_ops() -> None:
