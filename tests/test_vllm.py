@@ -111,8 +111,8 @@ def test_vllm_compile_mode_without_autofunc(eager_json, tmp_path):
     assert len(compiled["copies"]) == 3  # the pieces around the 2 attention calls
     assert compiled["reports"] == []
     # vLLM's own pass manager removes the clones and keeps the rotary's write-back scatters
-    names = sorted(c[0].rsplit("_", 1)[0] if c[0][-1].isdigit() else c[0] for c in _copies(result))
-    assert len(names) == 4 and all(n.startswith("slice_scatter") for n in names), names
+    copies = _copies(result)
+    assert len(copies) == 4 and all(c[0].startswith("slice_scatter") for c in copies), copies
 
 
 def test_multiprocess_engine(eager_json, tmp_path):
