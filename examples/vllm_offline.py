@@ -4,7 +4,7 @@
     python examples/vllm_offline.py                        # AUTOFUNC_VLLM=1, vLLM's default mode
     python examples/vllm_offline.py --autofunc register    # also register vLLM's ops with autofunc
     python examples/vllm_offline.py --compile-mode vllm    # vLLM's own compile mode (pass manager)
-    python examples/vllm_offline.py --custom-ops default   # vLLM's default custom ops (rotary as torch)
+    python examples/vllm_offline.py --custom-ops default   # vLLM's default custom ops
     python examples/vllm_offline.py --mp                   # vLLM's multi-process engine
     python examples/vllm_offline.py --autofunc 0           # vLLM as it is, for comparison
 
@@ -87,6 +87,10 @@ def child(args: argparse.Namespace) -> dict:
     cc = llm.llm_engine.vllm_config.compilation_config  # as vLLM (and the plugin) left it
     measured["vllm_mode"] = cc.mode.name
     measured["vllm_custom_ops"] = list(cc.custom_ops)
+    # the token count the graphs are compiled for as a size hint (vLLM's profile run), at
+    # which the copy nodes' bytes are counted
+    scheduler = llm.llm_engine.vllm_config.scheduler_config
+    measured["max_num_batched_tokens"] = scheduler.max_num_batched_tokens
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": ids} for ids in PROMPTS], params)
     measured["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
@@ -169,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"compiled tokens: {compiled['tokens']}  ({'equal' if same else 'DIFFERENT'})")
     print(f"compile + load: {compiled['init_s']:.1f} s (eager {eager['init_s']:.1f} s)")
     print(f"vLLM's compile mode: {compiled['vllm_mode']}, custom ops: "
-          f"{compiled['vllm_custom_ops']}")
+          f"{compiled['vllm_custom_ops']}, batched tokens: {compiled['max_num_batched_tokens']}")
     if not args.mp:
         print(f"copy nodes in the lowered graphs: {len(copies)}, "
               f"{sum(b for _, b in copies)} B")
