@@ -1,11 +1,15 @@
 """The vLLM table of results/README.md and the README, from ``examples/vllm_offline.py --json``
-files: one row per run (configuration, compiled or not, tokens against eager, copy nodes and
-their bytes in the graphs Inductor lowered, what autofunc's report says, compile + load time).
+files: one row per run, saying what it measured (vLLM's custom-op setting, the compile mode vLLM
+ended up in and its graphs, autofunc's setting), what came out (tokens against eager, copy nodes
+and their bytes in the graphs Inductor lowered, what autofunc's report says, compile + load
+time), and the command that reproduces it. A line above the table names the settings every row
+shares (the model, the token count the bytes are counted at).
 
     python -m tools.vllm_table results/vllm/*.json [--update README.md results/README.md]
 
-``--update`` replaces the table after the line ``<!-- vllm-table -->`` in each file (up to the
-next blank line).
+``--update`` replaces what lies between the lines ``<!-- vllm-table -->`` and
+``<!-- /vllm-table -->`` in each file (without the closing line: the table after the opening
+one, up to the next blank line, and the closing line is added).
 """
 
 from __future__ import annotations
@@ -15,12 +19,21 @@ import json
 import re
 from pathlib import Path
 
-_SETTING = {"0": "vLLM as it is", "1": "AUTOFUNC_VLLM=1 (PyTorch's nodes)",
+_SETTING = {"0": "vLLM alone", "1": "AUTOFUNC_VLLM=1 (PyTorch's nodes)",
             "register": "AUTOFUNC_VLLM=register (ops registered, v2)"}
-_MODE = {"default": "default (whole-graph Inductor)", "vllm": "VLLM_COMPILE (pass manager)"}
+# the compile mode vLLM ended up in (the runs before it was recorded: from what was asked)
+_MODE = {
+    "DYNAMO_TRACE_ONCE": "DYNAMO_TRACE_ONCE: one whole graph (vLLM's CPU default)",
+    "VLLM_COMPILE": "VLLM_COMPILE: {graphs} pieces, pass manager "
+                    "(AUTOFUNC_VLLM_FORCE_COMPILE=1)",
+}
+_ASKED = {"default": "DYNAMO_TRACE_ONCE", "vllm": "VLLM_COMPILE"}
+_ROTARY = "+rotary_embedding"  # the example's default, and every run's before it was an option
+_ORDER = {"0": 0, "1": 1, "register": 2}
+START, END = "<!-- vllm-table -->\n", "<!-- /vllm-table -->\n"
 
 
-def _bytes(n: int) -> str:
+def _bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -28,23 +41,85 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _custom_ops(cfg: dict) -> str:
+    return cfg.get("custom_ops", _ROTARY)
+
+
+def _command(cfg: dict) -> str:
+    """The command that reproduces the run (the example sets AUTOFUNC_VLLM and
+    AUTOFUNC_VLLM_FORCE_COMPILE for its runs from these options)."""
+    parts = ["python examples/vllm_offline.py", f"--autofunc {cfg['autofunc']}"]
+    if cfg["compile_mode"] != "default":
+        parts.append(f"--compile-mode {cfg['compile_mode']}")
+    if _custom_ops(cfg) != _ROTARY:
+        parts.append(f"--custom-ops {_custom_ops(cfg)}")
+    if cfg.get("mp"):
+        parts.append("--mp")
+    if cfg.get("no_reinplace"):
+        parts.append("--no-reinplace")
+    return " ".join(parts)
+
+
+def _key(run: dict) -> tuple:
+    cfg = run["config"]
+    return (_custom_ops(cfg) == "default", cfg["compile_mode"] != "default",
+            _ORDER.get(cfg["autofunc"], 9))
+
+
+def _row(run: dict) -> str:
+    cfg, compiled = run["config"], run["compiled"]
+    copies = [c for graph in compiled["copies"] for c in graph]
+    tail = [r.splitlines()[-1] for r in compiled["reports"]]
+    calls = sum(int(re.match(r"(\d+) call", t).group(1)) for t in tail) if tail else 0
+    clones = sum(int(re.search(r"(\d+) clone", t).group(1)) for t in tail) if tail else 0
+    report = f"{calls} calls, {clones} clones" if tail else "-"
+    mode = compiled.get("vllm_mode", _ASKED[cfg["compile_mode"]])
+    ops = _custom_ops(cfg)
+    ops = "vLLM's default (`none`)" if ops == "default" else f"`{ops}`"
+    return (
+        f"| {ops} | {_MODE[mode].format(graphs=len(compiled['copies']))} | "
+        f"{_SETTING[cfg['autofunc']]} | {'yes' if run['same_tokens'] else 'NO'} | "
+        f"{len(copies)} | {_bytes(sum(b for _, b in copies))} | {report} | "
+        f"{compiled['init_s']:.0f} s | `{_command(cfg)}` |"
+    )
+
+
+def _settings(runs: list[dict]) -> str:
+    tokens = sorted({r["compiled"].get("max_num_batched_tokens", 2048) for r in runs})
+    lengths = sorted({r["config"]["tokens"] for r in runs})
+    generated = sorted({r["config"]["max_tokens"] for r in runs})
+    return (
+        "Every row: a tiny random Llama (hidden 128, 2 layers, float32; vLLM's own Llama code), "
+        f"`max_model_len` {', '.join(map(str, lengths))}, 3 prompts, "
+        f"{', '.join(map(str, generated))} greedy tokens each, compared with "
+        "`enforce_eager=True`; copy nodes counted in every graph Inductor lowered, bytes at the "
+        f"graphs' size hint of {', '.join(map(str, tokens))} tokens (vLLM's "
+        "`max_num_batched_tokens`, its profile run). Custom ops: the `custom_ops` vLLM was given "
+        "(its default on CPU when compiling is `none`: every vLLM CustomOp, the rotary among "
+        "them, runs as plain torch code). Mode: the compile mode vLLM ran in."
+    )
+
+
 def table(paths: list[Path]) -> str:
-    rows = ["| vLLM mode | setting | tokens = eager | copy nodes | copied | autofunc's report | compile + load |",
-            "|---|---|---|---:|---:|---|---:|"]
-    for path in sorted(paths):
-        run = json.loads(path.read_text())
-        cfg, compiled = run["config"], run["compiled"]
-        copies = [c for graph in compiled["copies"] for c in graph]
-        tail = [r.splitlines()[-1] for r in compiled["reports"]]
-        calls = sum(int(re.match(r"(\d+) call", t).group(1)) for t in tail) if tail else 0
-        clones = sum(int(re.search(r"(\d+) clone", t).group(1)) for t in tail) if tail else 0
-        report = f"{calls} calls, {clones} clones" if tail else "-"
-        rows.append(
-            f"| {_MODE[cfg['compile_mode']]} | {_SETTING[cfg['autofunc']]} | "
-            f"{'yes' if run['same_tokens'] else 'NO'} | {len(copies)} | "
-            f"{_bytes(sum(b for _, b in copies))} | {report} | {compiled['init_s']:.0f} s |"
-        )
-    return "\n".join(rows)
+    runs = sorted((json.loads(p.read_text()) for p in paths), key=_key)
+    rows = ["| custom ops | vLLM mode | setting | tokens = eager | copy nodes | copied "
+            "| autofunc's report | compile + load | command |",
+            "|---|---|---|---|---:|---:|---|---:|---|"]
+    rows += [_row(run) for run in runs]
+    return _settings(runs) + "\n\n" + "\n".join(rows)
+
+
+def update(path: Path, text: str) -> None:
+    doc = path.read_text()
+    head, found, rest = doc.partition(START)
+    if not found:
+        raise SystemExit(f"{path}: no {START.strip()} line")
+    if END in rest:
+        after = rest.split(END, 1)[1]
+    else:  # the table alone, up to the next blank line
+        after = rest.split("\n\n", 1)[1] if rest.startswith("|") else rest.lstrip("\n")
+        after = "\n" + after
+    path.write_text(f"{head}{START}{text}\n{END}{after}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,13 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(args.runs)
     print(text)
     for path in args.update:
-        doc = path.read_text()
-        marker = "<!-- vllm-table -->\n"
-        head, _, rest = doc.partition(marker)
-        if not _:
-            raise SystemExit(f"{path}: no {marker.strip()} line")
-        after = rest.split("\n\n", 1)[1] if rest.startswith("|") else rest.lstrip("\n")
-        path.write_text(f"{head}{marker}{text}\n\n{after}")
+        update(path, text)
     return 0
 
 
