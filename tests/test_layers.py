@@ -10,6 +10,7 @@ import autofunc
 ROOT = Path(autofunc.__file__).parent
 
 LAYERS = [
+    {"logs"},
     {"errors", "symbolic", "compiler_imports", "reports", "source_key"},
     {"schema", "views"},
     {"regions"},

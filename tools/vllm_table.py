@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import textwrap
 from pathlib import Path
 
 _SETTING = {"0": "vLLM alone", "1": "AUTOFUNC_VLLM=1 (PyTorch's nodes)",
@@ -88,7 +89,7 @@ def _settings(runs: list[dict]) -> str:
     tokens = sorted({r["compiled"].get("max_num_batched_tokens", 2048) for r in runs})
     lengths = sorted({r["config"]["tokens"] for r in runs})
     generated = sorted({r["config"]["max_tokens"] for r in runs})
-    return (
+    return textwrap.fill(
         "Every row: a tiny random Llama (hidden 128, 2 layers, float32; vLLM's own Llama code), "
         f"`max_model_len` {', '.join(map(str, lengths))}, 3 prompts, "
         f"{', '.join(map(str, generated))} greedy tokens each, compared with "
@@ -96,7 +97,8 @@ def _settings(runs: list[dict]) -> str:
         f"graphs' size hint of {', '.join(map(str, tokens))} tokens (vLLM's "
         "`max_num_batched_tokens`, its profile run). Custom ops: the `custom_ops` vLLM was given "
         "(its default on CPU when compiling is `none`: every vLLM CustomOp, the rotary among "
-        "them, runs as plain torch code). Mode: the compile mode vLLM ran in."
+        "them, runs as plain torch code). Mode: the compile mode vLLM ran in.",
+        width=96, break_on_hyphens=False,
     )
 
 

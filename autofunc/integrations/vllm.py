@@ -2,7 +2,8 @@
 
 Set ``AUTOFUNC_VLLM`` in the environment that starts vLLM (it reaches the engine's and the
 workers' processes); with autofunc installed, vLLM calls :func:`load` in every process through
-the ``vllm.general_plugins`` entry point (``pyproject.toml``). Unset or ``0``, it does nothing.
+the ``vllm.general_plugins`` entry point (``pyproject.toml``). With neither variable below set
+(or both ``0``), it does nothing.
 
     AUTOFUNC_VLLM=1          autofunc's pass decides PyTorch's own functional nodes of every
       (or pytorch-nodes)     mutable op (``reinplace_pytorch_nodes()``): vLLM keeps PyTorch's
