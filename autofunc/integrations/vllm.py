@@ -38,7 +38,9 @@ vLLM 0.32.0 rewrites ``VLLM_COMPILE`` to a whole-graph Inductor compile on CPU. 
 manager's fusion passes are imported for CUDA/XPU only, so any ``fuse_*`` flag on CPU raises
 ``NameError`` (turned off); ``compile_sizes`` stays ``None`` on CPU and the piecewise backend
 asserts it is a list (set to ``[]``); ``FixFunctionalizationPass`` compares nodes with ``_C``
-ops the CPU build does not define (``AttributeError``; defined here as never-called stubs).
+ops the CPU build does not define (``AttributeError``; defined here as never-called stubs, in
+every vLLM process: with the multi-process engine the graphs are compiled in a worker, which
+never runs the platform's config hook).
 The setting works without ``AUTOFUNC_VLLM`` too: vLLM then runs in its compile mode as it is
 (piecewise, its pass manager, its own ``FixFunctionalizationPass``), which is what a vLLM user
 compares autofunc against; ``load`` applies it before looking at ``AUTOFUNC_VLLM``.
@@ -206,6 +208,10 @@ def _keep_compile_mode_on_cpu() -> None:
 
     check_and_update_config.autofunc = True  # type: ignore[attr-defined]
     CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():  # in every process: the config is made in one, the graphs
+        _stub_fix_functionalization_ops()  # compiled in another (the multi-process engine)
     log.info("autofunc: vLLM's compile mode kept on CPU (pid %d)", os.getpid())
 
 
