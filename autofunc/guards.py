@@ -13,8 +13,12 @@ Inductor pass's cache key) adds one ``Guard`` on ``GlobalStateSource`` whose bui
 lambda guard comparing the registry's state token with the one current when the guards are
 built (right after the compile). Restoring the registrations (``autofunc.override``,
 ``explain``) makes the old entries valid again, so nothing recompiles needlessly. A frame
-compiled before its op was registered at all ran none of autofunc's code and has no guard:
-``register`` drops the compiled code of such frames instead (see ``registry.register``).
+compiled before its op was registered at all ran none of autofunc's code and has no guard, nor
+has one compiled while no op was registered whose graph came from AOTAutograd's or Inductor's
+cache (functionalization did not run, and without a registration the Inductor pass, whose
+cache key adds the guard, is not installed): ``register`` drops the compiled code of every
+frame instead when it registers an op for the first time or the first op of an empty registry
+(see ``registry.register``).
 """
 
 from __future__ import annotations

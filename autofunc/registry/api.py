@@ -101,15 +101,16 @@ def _register(op: Any, strategy: str, cpp_functionalize: bool | None, who: str) 
     infos = _infos(op, who, strategy)
     with guards.compile_lock():  # Note [Registrations wait for compiles]
         gen = registry_state.new_generation()
-        first_time = False
+        unguarded = not registry_state.strategies()  # frames compiled now may lack the guard
         for info in infos:
-            first_time |= route(info, cpp_functionalize)
+            unguarded |= route(info, cpp_functionalize)
             registry_state.claim(info.qualname, strategy, gen)
             log.debug("registered %s with strategy %s", info.qualname, strategy)
-        if first_time:
-            # Frames compiled before this op was ever registered ran no autofunc code, so they
-            # carry no guard on the registrations (Note [Guarding on the registrations]):
-            # recompile them.
+        if unguarded:
+            # Frames compiled before this op was ever registered ran no autofunc code, and a
+            # frame compiled while no op was registered may have come from a cache without
+            # running any: either carries no guard on the registrations (Note [Guarding on the
+            # registrations]). Recompile them.
             guards.drop_compiled_code()
         run_backend_hooks()
     return Registration(tuple(i.qualname for i in infos), strategy, gen)
@@ -141,10 +142,16 @@ def override(strategy: str | None, ops: Iterable[Any] = ()):
         saved = registry_state.snapshot(i.qualname for i in infos)
     try:
         with lock:
+            if strategy is not None and not registry_state.strategies():
+                guards.drop_compiled_code()  # as in _register: frames that may lack the guard
             for info in infos:
                 if strategy is not None:
                     # An op keeps the Functionalize kernel it has (registered on request).
                     route(info, True if registry_state.has_kernel(info.qualname) else None)
+                else:
+                    # PyTorch's functionalization hands an op with a Functionalize kernel to
+                    # that kernel (autofunc's) instead of functionalizing it itself.
+                    registry_state.use_kernel(info.qualname, False)
                 registry_state.set_strategy(info.qualname, strategy)
             if strategy is not None:
                 run_backend_hooks()

@@ -63,6 +63,7 @@ def _install_rule(op: OpOverload) -> None:
 
 
 def _install_functionalize_kernel(op: OpOverload) -> torch.library.Library:
+    _keep_pytorch_nodes_running(op)  # before the kernel: PyTorch's verdict without it
     ns, name = op._schema.name.split("::")
     lib = torch.library.Library(ns, "FRAGMENT")
     overload = "" if op._overloadname == "default" else f".{op._overloadname}"
@@ -85,6 +86,54 @@ def _install_functionalize_kernel(op: OpOverload) -> torch.library.Library:
 
     lib.impl(f"{name}{overload}", kernel, "Functionalize")
     return lib
+
+
+# Note [PyTorch's nodes run beside the Functionalize kernel]
+# PyTorch's ``auto_functionalized`` and ``auto_functionalized_v2`` check on every call, so at
+# run time too, that PyTorch can functionalize the op, which it cannot for an op with a
+# Functionalize kernel. A graph compiled while an op was PyTorch's to handle and run by a
+# backend that runs these nodes as they are (``aot_eager``, an exported program's module)
+# therefore raised "Cannot auto-functionalize op" if the op was registered (autofunc's kernel
+# installed) before the node ran: by another thread in the middle of the call (the
+# registrations guard is checked when a compiled call starts, and a change waits only for
+# compiles, Note [Registrations wait for compiles]), or at any time before an exported program
+# runs. Neither node uses the kernel: each clones what the op writes and calls the op on plain
+# tensors. So the first time autofunc installs the kernel of an op it asks PyTorch whether it
+# could functionalize the op (no kernel yet), and wraps the two classes' ``__call__`` (once per
+# process) so that for such an op the nodes skip the check, whether or not the kernel is there
+# at that moment, and run as PyTorch's would; every other op or HOP (a region's
+# ``invoke_subgraph``) goes through PyTorch's own call, check included. The other changes need
+# nothing at run time: autofunc's HOPs call the op from their dense rules whatever the
+# registrations, and Inductor runs no HOP (it decomposes them when it compiles). At trace time
+# PyTorch's functionalization hands an op with a Functionalize kernel to that kernel, so
+# ``override(None, ops)`` takes the kernel away for its block (``api.override``).
+_pytorch_accepts: dict[OpOverload, bool] = {}  # ops given autofunc's kernel -> PyTorch's verdict
+
+
+def _keep_pytorch_nodes_running(op: OpOverload) -> None:
+    """Let PyTorch's nodes of ``op`` run while it has autofunc's Functionalize kernel
+    (Note [PyTorch's nodes run beside the Functionalize kernel]); once per op and per process."""
+    from torch._higher_order_ops import auto_functionalize as af
+
+    if op not in _pytorch_accepts:
+        _pytorch_accepts[op] = bool(af.can_auto_functionalize(op))
+    for hop in (af.auto_functionalized, af.auto_functionalized_v2):
+        cls = type(hop)
+        call = cls.__dict__.get("__call__")
+        if call is None or getattr(call, "_autofunc", False):
+            continue
+        cls.__call__ = _call_beside_kernel(cls, call)
+
+
+def _call_beside_kernel(cls: type, call: Callable) -> Callable:
+    def __call__(self: Any, /, _mutable_op: Any, **kwargs: Any) -> Any:
+        if isinstance(_mutable_op, OpOverload) and _pytorch_accepts.get(_mutable_op, False):
+            return super(cls, self).__call__(_mutable_op, **kwargs)
+        return call(self, _mutable_op, **kwargs)
+
+    __call__._autofunc = True  # type: ignore[attr-defined]
+    __call__.__wrapped__ = call  # type: ignore[attr-defined]
+    return __call__
 
 
 def _cpp_functionalize_api() -> Any:
