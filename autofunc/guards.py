@@ -128,10 +128,12 @@ def compile_lock() -> Any:
     registrations]). A registration changed by another thread in between left the frame's code
     guarded as valid for a state it was not compiled under: a graph of PyTorch's
     ``auto_functionalized_v2`` for an op that then had autofunc's Functionalize kernel, whose
-    run raised "Cannot auto-functionalize op". Dynamo holds this lock for
-    a whole frame compile, tracing, backend and guards included, so a registration change
-    waits for a compile in flight, and the frames compiled before it are guarded on the state
-    they saw. The same thread may hold it already (a registration inside a backend).
+    run raised "Cannot auto-functionalize op". Dynamo holds this lock for a whole frame
+    compile, tracing, backend and guards included, so a registration change waits for a
+    compile in flight, and the frames compiled before it are guarded on the state they saw.
+    The same thread may hold it already (a registration inside a backend). A change does not
+    wait for compiled calls that are running: those run on as compiled (Note [PyTorch's nodes
+    run beside the Functionalize kernel] in registry/routing.py).
     """
     import_compiler()  # Note [Importing the compiler beside a first compile]
     from torch._dynamo import convert_frame
