@@ -37,17 +37,34 @@ import time
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8], [100, 200, 300], [42] * 5]
 
 
-def make_model(folder: str, seed: int = 0) -> None:
+#: One tiny random configuration per architecture: what the pass sees differs between them
+#: (vLLM's own model code for each on this build).
+ARCHS = {
+    "llama": "LlamaConfig",        # the plain decoder
+    "qwen3": "Qwen3Config",        # RMS norms on q and k, split views of the qkv buffer
+    "phi3": "Phi3Config",          # partial rotary: half of each head rotated (slices of heads)
+    "mixtral": "MixtralConfig",    # mixture of experts: 4 experts, 2 per token
+}
+
+
+def make_model(folder: str, seed: int = 0, arch: str = "llama") -> None:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
 
     torch.manual_seed(seed)
-    config = LlamaConfig(
+    common = dict(
         vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
     )
-    model = LlamaForCausalLM(config).float().eval()
+    extra: dict = {
+        "phi3": dict(partial_rotary_factor=0.5, original_max_position_embeddings=256),
+        "mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
+    }.get(arch, {})
+    if arch == "phi3":
+        common.pop("head_dim")  # Phi-3 derives it: hidden / heads
+    config = getattr(transformers, ARCHS[arch])(**common, **extra)
+    model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
     with torch.no_grad():  # larger than HF's init, so greedy decoding does not repeat one token
         for p in model.parameters():
             if p.dim() >= 2:
@@ -67,7 +84,9 @@ def child(args: argparse.Namespace) -> dict:
     if args.compile_mode == "vllm":
         compilation["mode"] = "VLLM_COMPILE"
     measured: dict = {"copies": [], "reports": []}
-    counting = args.child == "compiled" and not args.mp
+    # in one process the copies are counted here; with worker processes (--mp, --tp 2) each
+    # process writes its own to AUTOFUNC_VLLM_REPORT_DIR (autofunc/integrations/vllm.py)
+    counting = args.child == "compiled" and not args.mp and args.tp == 1
     if args.no_reinplace:  # every buffer cloned: a graph full of copies for the report to count
         from autofunc.registry import switches
 
@@ -81,7 +100,7 @@ def child(args: argparse.Namespace) -> dict:
     llm = LLM(
         model=args.model, skip_tokenizer_init=True, dtype="float32", seed=0,
         enforce_eager=args.child == "eager", compilation_config=compilation,
-        max_model_len=args.tokens, max_num_seqs=8,
+        max_model_len=args.tokens, max_num_seqs=8, tensor_parallel_size=args.tp,
     )
     measured["init_s"] = time.perf_counter() - start
     cc = llm.llm_engine.vllm_config.compilation_config  # as vLLM (and the plugin) left it
@@ -105,6 +124,17 @@ def child(args: argparse.Namespace) -> dict:
         measured["report_copies"] = [
             [[c.node, c.nbytes, c.kind.name] for c in r.copies] for r in last_reports()
         ]
+    report_dir = os.environ.get("AUTOFUNC_VLLM_REPORT_DIR")
+    if args.child == "compiled" and report_dir and not counting:
+        from autofunc.integrations.vllm import read_report_dir
+
+        del llm  # the workers stop, their last lines written
+        measured["processes"] = read_report_dir(report_dir)
+        graphs = measured["processes"]
+        measured["copies"] = [g for p in graphs for g in p["copies"]]
+        measured["reports"] = [r["text"] for p in graphs for r in p["reports"]]
+        measured["rows"] = [row for p in graphs for r in p["reports"] for row in r["rows"]]
+        measured["report_copies"] = [r["copies"] for p in graphs for r in p["reports"]]
     return measured
 
 
@@ -119,10 +149,16 @@ def run_child(args: argparse.Namespace, which: str) -> dict:
     # cache switch leaves Inductor's on).
     env["VLLM_DISABLE_COMPILE_CACHE"] = "1"
     env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+    report_dir = None
+    if which == "compiled" and (args.mp or args.tp > 1):
+        report_dir = tempfile.mkdtemp(prefix="autofunc-vllm-reports-")
+        env["AUTOFUNC_VLLM_REPORT_DIR"] = report_dir
+    if args.tp > 1:
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     cmd = [sys.executable, __file__, "--child", which, "--model", args.model,
            "--autofunc", args.autofunc, "--compile-mode", args.compile_mode,
            "--tokens", str(args.tokens), "--max-tokens", str(args.max_tokens),
-           "--custom-ops", args.custom_ops]
+           "--custom-ops", args.custom_ops, "--arch", args.arch, "--tp", str(args.tp)]
     cmd += ["--no-reinplace"] if args.no_reinplace and which == "compiled" else []
     cmd += ["--mp"] if args.mp else []
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -143,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="vLLM's custom_ops, comma-separated (default +rotary_embedding), "
                         "or 'default' for vLLM's own setting")
     parser.add_argument("--mp", action="store_true", help="vLLM's multi-process engine")
+    parser.add_argument("--arch", default="llama", choices=sorted(ARCHS),
+                        help="the tiny random model's architecture (default llama)")
+    parser.add_argument("--tp", type=int, default=1, help="tensor_parallel_size (default 1)")
     parser.add_argument("--tokens", type=int, default=256, help="max_model_len")
     parser.add_argument("--max-tokens", type=int, default=8, help="tokens to generate")
     parser.add_argument("--json", help="write the measurements here")
@@ -156,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(child(args)), flush=True)
         return 0
     with tempfile.TemporaryDirectory(prefix="tiny-llama-") as folder:
-        make_model(folder)
+        make_model(folder, arch=args.arch)
         args.model = folder
         if args.eager_json and os.path.exists(args.eager_json):
             with open(args.eager_json) as f:
@@ -174,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"compile + load: {compiled['init_s']:.1f} s (eager {eager['init_s']:.1f} s)")
     print(f"vLLM's compile mode: {compiled['vllm_mode']}, custom ops: "
           f"{compiled['vllm_custom_ops']}, batched tokens: {compiled['max_num_batched_tokens']}")
-    if not args.mp:
+    if compiled["copies"] or args.autofunc != "0" or not (args.mp or args.tp > 1):
         print(f"copy nodes in the lowered graphs: {len(copies)}, "
               f"{sum(b for _, b in copies)} B")
     for report in compiled["reports"]:

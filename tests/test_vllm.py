@@ -117,3 +117,56 @@ def test_vllm_compile_mode_without_autofunc(eager_json, tmp_path):
 
 def test_multiprocess_engine(eager_json, tmp_path):
     run(eager_json, tmp_path, "--mp", "--autofunc", "register")
+
+
+@pytest.fixture(scope="module")
+def eager_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("vllm-archs")
+
+
+def _no_mutation_copies(result: dict) -> None:
+    """No copy for a mutation left, counted in the lowered graphs of every process and in the
+    reports (each process writes its own: AUTOFUNC_VLLM_REPORT_DIR)."""
+    compiled = result["compiled"]
+    assert compiled["copies"], "no lowered graph reached the report folder"
+    assert compiled["reports"], "no report reached the report folder"
+    assert _copies(result) == [] == _report_copies(result), (_copies(result), compiled["reports"])
+    assert all(r[6] in ("in place", '"') for r in _rows(result)), _rows(result)
+
+
+# One run per architecture with AUTOFUNC_VLLM=register, one with =1 and one in vLLM's own
+# compile mode, each in the default multi-process engine: not the cross product (the tier's
+# time, tests/conftest.py).
+ARCH_RUNS = [
+    ("qwen3", "register", "default"),  # q/k norms on split views of the qkv buffer
+    ("phi3", "register", "default"),  # partial rotary: slices of heads
+    ("mixtral", "register", "default"),  # mixture of experts
+    ("qwen3", "1", "default"),
+    ("phi3", "1", "vllm"),  # vLLM's compile mode forced (AUTOFUNC_VLLM_FORCE_COMPILE=1)
+]
+
+
+@pytest.mark.parametrize(("arch", "setting", "mode"), ARCH_RUNS)
+def test_architecture(eager_dir, tmp_path, arch, setting, mode):
+    result = run(eager_dir / f"{arch}.json", tmp_path, "--mp", "--arch", arch,
+                 "--autofunc", setting, "--compile-mode", mode)
+    assert result["compiled"]["vllm_mode"] == ("VLLM_COMPILE" if mode == "vllm" else
+                                               "DYNAMO_TRACE_ONCE")
+    _no_mutation_copies(result)
+    if setting == "register":
+        attention = [r for r in _rows(result)
+                     if r[1] == "vllm::unified_attention_with_output.default"]
+        assert attention and all(r[2] == "v2" for r in attention)
+
+
+def test_two_tensor_parallel_ranks(eager_json, tmp_path):
+    """tensor_parallel_size=2 on vLLM's CPU build (two worker processes, gloo and its
+    shared-memory all-reduce): each rank loads the plugin, compiles its own graph with the
+    all-reduce between the mutable ops, and writes its report (AUTOFUNC_VLLM_REPORT_DIR)."""
+    result = run(eager_json, tmp_path, "--tp", "2", "--autofunc", "register")
+    processes = [p for p in result["compiled"]["processes"] if p["reports"]]
+    assert sorted(p["rank"] for p in processes) == [0, 1]
+    assert len({p["pid"] for p in processes}) == 2
+    ops = {r[1] for r in _rows(result)}
+    assert any("allreduce" in op or "all_reduce" in op for op in ops), ops
+    _no_mutation_copies(result)

@@ -108,6 +108,8 @@ def load() -> None:
     ``AUTOFUNC_VLLM_FORCE_COMPILE=1`` says so, with autofunc's pass or without it (idempotent;
     vLLM calls it in every process)."""
     global _loaded
+    if os.environ.get("AUTOFUNC_VLLM_REPORT_DIR"):
+        _write_reports(os.environ["AUTOFUNC_VLLM_REPORT_DIR"])
     if force_compile():  # also without autofunc's pass: vLLM alone in its own compile mode
         _keep_compile_mode_on_cpu()
     wanted = mode()
@@ -121,6 +123,84 @@ def load() -> None:
     _wrap_pass_manager()
     _loaded = wanted
     log.info("autofunc set up in vLLM (pid %d): %s", os.getpid(), wanted)
+
+
+_writing: str | None = None
+
+
+def _rank() -> int | None:
+    """This process's rank among vLLM's workers, once its process group is up."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
+
+
+def _write_reports(folder: str) -> None:
+    """``AUTOFUNC_VLLM_REPORT_DIR``: every vLLM process appends, as a JSON line each, the copy
+    nodes of every graph Inductor lowers in it and autofunc's report of each graph, with its
+    rank, to ``FOLDER/<pid>.jsonl`` (written as each graph compiles: a worker that vLLM ends
+    without ``atexit`` loses nothing). :func:`read_report_dir` reads them back per process: the
+    reports of every tensor-parallel rank, or of the engine process, reachable from the one
+    that started vLLM."""
+    global _writing
+    if _writing == folder:
+        return
+    import json
+
+    from torch._inductor import compile_fx
+
+    from autofunc import reports
+    from autofunc.testing import copy_nodes
+
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{os.getpid()}.jsonl")
+
+    def write(entry: dict) -> None:
+        entry.update(pid=os.getpid(), rank=_rank())
+        with open(path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    original_passes = compile_fx._recursive_post_grad_passes
+
+    def counting(gm, is_inference: bool = False) -> None:
+        original_passes(gm, is_inference)
+        write({"graph_copies": [list(c) for c in copy_nodes(gm)]})
+
+    compile_fx._recursive_post_grad_passes = counting
+    original_deliver = reports._reports.deliver
+
+    def deliver(report) -> None:
+        original_deliver(report)
+        write({"report": str(report), "rows": [list(r) for r in report.rows()],
+               "copies": [[c.node, c.nbytes, c.kind.name] for c in report.copies]})
+
+    reports._reports.deliver = deliver
+    _writing = folder
+
+
+def read_report_dir(folder: str) -> list[dict]:
+    """What every vLLM process wrote under ``AUTOFUNC_VLLM_REPORT_DIR``, one entry a process
+    (sorted by rank): ``pid``, ``rank``, ``copies`` (the copy nodes of each lowered graph) and
+    ``reports`` (``text``, ``rows``, ``copies`` of each)."""
+    import json
+
+    out = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".jsonl"):
+            continue
+        proc: dict = {"pid": None, "rank": None, "copies": [], "reports": []}
+        with open(os.path.join(folder, name)) as f:
+            for line in f:
+                entry = json.loads(line)
+                proc["pid"] = entry["pid"]
+                proc["rank"] = entry["rank"] if entry["rank"] is not None else proc["rank"]
+                if "graph_copies" in entry:
+                    proc["copies"].append([tuple(c) for c in entry["graph_copies"]])
+                else:
+                    proc["reports"].append({"text": entry["report"], "rows": entry["rows"],
+                                            "copies": entry["copies"]})
+        out.append(proc)
+    return sorted(out, key=lambda p: (p["rank"] is None, p["rank"] or 0, p["pid"]))
 
 
 def _register_ops() -> None:
