@@ -54,3 +54,15 @@ def test_update_replaces_between_the_markers(tmp_path):
     assert doc.read_text() == (
         "intro\n\n<!-- vllm-table -->\nNEWER\n<!-- /vllm-table -->\n\nafter\n"
     )
+
+
+def test_arch_table_rows(tmp_path):
+    """--by-arch: one row per architecture, rank count and setting, with its command."""
+    paths = [
+        _run(tmp_path, "m", arch="mixtral", mp=True, autofunc="register"),
+        _run(tmp_path, "l", arch="llama", tp=2, mp=False, autofunc="0"),
+    ]
+    rows = vllm_table.arch_table(paths).splitlines()[2:]
+    assert rows[0].startswith("| Llama | 2 |") and "--autofunc 0 --tp 2`" in rows[0]
+    assert rows[1].startswith("| Mixtral") and "--arch mixtral --mp`" in rows[1]
+    assert "| 1 | 1.0 KiB |" in rows[1]

@@ -6,6 +6,10 @@ time), and the command that reproduces it. A line above the table names the sett
 shares (the model, the token count the bytes are counted at).
 
     python -m tools.vllm_table results/vllm/*.json [--update README.md results/README.md]
+    python -m tools.vllm_table --by-arch results/vllm-archs/*.json [--update results/README.md]
+
+``--by-arch``: one row per architecture and setting (``examples/vllm_offline.py --arch``, the
+ranks of ``--tp``), between the lines ``<!-- vllm-arch-table -->`` and its closing line.
 
 ``--update`` replaces what lies between the lines ``<!-- vllm-table -->`` and
 ``<!-- /vllm-table -->`` in each file (without the closing line: the table after the opening
@@ -54,6 +58,10 @@ def _command(cfg: dict) -> str:
         parts.append(f"--compile-mode {cfg['compile_mode']}")
     if _custom_ops(cfg) != _ROTARY:
         parts.append(f"--custom-ops {_custom_ops(cfg)}")
+    if cfg.get("arch", "llama") != "llama":
+        parts.append(f"--arch {cfg['arch']}")
+    if cfg.get("tp", 1) != 1:
+        parts.append(f"--tp {cfg['tp']}")
     if cfg.get("mp"):
         parts.append("--mp")
     if cfg.get("no_reinplace"):
@@ -111,28 +119,63 @@ def table(paths: list[Path]) -> str:
     return _settings(runs) + "\n\n" + "\n".join(rows)
 
 
-def update(path: Path, text: str) -> None:
+_ARCH = {"llama": "Llama", "qwen3": "Qwen3 (q/k norms)",
+         "phi3": "Phi-3 (partial rotary, half of each head)", "mixtral": "Mixtral (4 experts, 2 a token)"}
+
+
+def arch_table(paths: list[Path]) -> str:
+    """One row per architecture, setting and rank count: vLLM alone beside autofunc."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    runs.sort(key=lambda r: (list(_ARCH).index(r["config"].get("arch", "llama")),
+                             r["config"].get("tp", 1), r["config"]["compile_mode"],
+                             _ORDER.get(r["config"]["autofunc"], 9)))
+    rows = ["| architecture | ranks | vLLM mode | setting | tokens = eager | copy nodes | copied "
+            "| autofunc's report | compile + load | command |",
+            "|---|---:|---|---|---|---:|---:|---|---:|---|"]
+    for run in runs:
+        cfg, compiled = run["config"], run["compiled"]
+        copies = [c for graph in compiled["copies"] for c in graph]
+        tail = [r.splitlines()[-1] for r in compiled["reports"]]
+        calls = sum(int(re.match(r"(\d+) call", t).group(1)) for t in tail) if tail else 0
+        clones = sum(int(re.search(r"(\d+) clone", t).group(1)) for t in tail) if tail else 0
+        report = f"{calls} calls, {clones} clones ({len(tail)} reports)" if tail else "-"
+        mode = compiled.get("vllm_mode", _ASKED[cfg["compile_mode"]])
+        rows.append(
+            f"| {_ARCH[cfg.get('arch', 'llama')]} | {cfg.get('tp', 1)} | "
+            f"{_MODE[mode].format(graphs=len(compiled['copies']))} | {_SETTING[cfg['autofunc']]} | "
+            f"{'yes' if run['same_tokens'] else 'NO'} | {len(copies)} | "
+            f"{_bytes(sum(c[1] for c in copies))} | {report} | {compiled['init_s']:.0f} s | "
+            f"`{_command(cfg)}` |")
+    return "\n".join(rows)
+
+
+def update(path: Path, text: str, start: str = START, end: str = END) -> None:
     doc = path.read_text()
-    head, found, rest = doc.partition(START)
+    head, found, rest = doc.partition(start)
     if not found:
-        raise SystemExit(f"{path}: no {START.strip()} line")
-    if END in rest:
-        after = rest.split(END, 1)[1]
+        raise SystemExit(f"{path}: no {start.strip()} line")
+    if end in rest:
+        after = rest.split(end, 1)[1]
     else:  # the table alone, up to the next blank line
         after = rest.split("\n\n", 1)[1] if rest.startswith("|") else rest.lstrip("\n")
         after = "\n" + after
-    path.write_text(f"{head}{START}{text}\n{END}{after}")
+    path.write_text(f"{head}{start}{text}\n{end}{after}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--update", nargs="*", type=Path, default=[])
+    parser.add_argument("--by-arch", action="store_true",
+                        help="the per-architecture table (--arch, --tp runs)")
     args = parser.parse_args(argv)
-    text = table(args.runs)
+    text = arch_table(args.runs) if args.by_arch else table(args.runs)
     print(text)
     for path in args.update:
-        update(path, text)
+        if args.by_arch:
+            update(path, text, "<!-- vllm-arch-table -->\n", "<!-- /vllm-arch-table -->\n")
+        else:
+            update(path, text)
     return 0
 
 
