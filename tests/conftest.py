@@ -42,7 +42,7 @@ _NESTED_REGIONS = pytest.mark.skipif(
 # load: the suite 13.4 min, these 9.4). A slow new file belongs here.
 NOT_QUICK = frozenset(
     {
-        "test_vllm.py",  # vLLM itself: 157 s, and ~30 s for vLLM's compile mode alone
+        "test_vllm.py",  # vLLM itself: ~8.5 min (the architectures and two ranks: 373 s)
         "test_startup_race.py",  # fresh interpreters racing their first compile: 95 s
         "conformance/test_conformance.py",  # the CI slice of the matrix: 82 s
         "test_compare.py",  # the program corpus under every configuration: 59 s
