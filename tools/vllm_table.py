@@ -120,7 +120,8 @@ def table(paths: list[Path]) -> str:
 
 
 _ARCH = {"llama": "Llama", "qwen3": "Qwen3 (q/k norms)",
-         "phi3": "Phi-3 (partial rotary, half of each head)", "mixtral": "Mixtral (4 experts, 2 a token)"}
+         "phi3": "Phi-3 (partial rotary, half of each head)",
+         "mixtral": "Mixtral (4 experts, 2 a token)"}
 
 
 def arch_table(paths: list[Path]) -> str:
