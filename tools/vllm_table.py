@@ -75,20 +75,29 @@ def _key(run: dict) -> tuple:
             _ORDER.get(cfg["autofunc"], 9))
 
 
-def _row(run: dict) -> str:
+def _measured(run: dict) -> tuple[int, int, int, int, int, str]:
+    """``(copy nodes, their bytes, calls, clones, reports, mode cell)`` of one run's compiled
+    side: the copies of every lowered graph, the calls and clones autofunc's reports count."""
     cfg, compiled = run["config"], run["compiled"]
     copies = [c for graph in compiled["copies"] for c in graph]
     tail = [r.splitlines()[-1] for r in compiled["reports"]]
-    calls = sum(int(re.match(r"(\d+) call", t).group(1)) for t in tail) if tail else 0
-    clones = sum(int(re.search(r"(\d+) clone", t).group(1)) for t in tail) if tail else 0
-    report = f"{calls} calls, {clones} clones" if tail else "-"
+    calls = sum(int(re.match(r"(\d+) call", t).group(1)) for t in tail)
+    clones = sum(int(re.search(r"(\d+) clone", t).group(1)) for t in tail)
     mode = compiled.get("vllm_mode", _ASKED[cfg["compile_mode"]])
+    mode_cell = _MODE[mode].format(graphs=len(compiled["copies"]))
+    return len(copies), sum(c[1] for c in copies), calls, clones, len(tail), mode_cell
+
+
+def _row(run: dict) -> str:
+    cfg, compiled = run["config"], run["compiled"]
+    n, nbytes, calls, clones, reports, mode = _measured(run)
+    report = f"{calls} calls, {clones} clones" if reports else "-"
     ops = _custom_ops(cfg)
     ops = "vLLM's default (`none`)" if ops == "default" else f"`{ops}`"
     return (
-        f"| {ops} | {_MODE[mode].format(graphs=len(compiled['copies']))} | "
+        f"| {ops} | {mode} | "
         f"{_SETTING[cfg['autofunc']]} | {'yes' if run['same_tokens'] else 'NO'} | "
-        f"{len(copies)} | {_bytes(sum(b for _, b in copies))} | {report} | "
+        f"{n} | {_bytes(nbytes)} | {report} | "
         f"{compiled['init_s']:.0f} s | `{_command(cfg)}` |"
     )
 
@@ -135,17 +144,13 @@ def arch_table(paths: list[Path]) -> str:
             "|---|---:|---|---|---|---:|---:|---|---:|---|"]
     for run in runs:
         cfg, compiled = run["config"], run["compiled"]
-        copies = [c for graph in compiled["copies"] for c in graph]
-        tail = [r.splitlines()[-1] for r in compiled["reports"]]
-        calls = sum(int(re.match(r"(\d+) call", t).group(1)) for t in tail) if tail else 0
-        clones = sum(int(re.search(r"(\d+) clone", t).group(1)) for t in tail) if tail else 0
-        report = f"{calls} calls, {clones} clones ({len(tail)} reports)" if tail else "-"
-        mode = compiled.get("vllm_mode", _ASKED[cfg["compile_mode"]])
+        n, nbytes, calls, clones, reports, mode = _measured(run)
+        report = f"{calls} calls, {clones} clones ({reports} reports)" if reports else "-"
         rows.append(
             f"| {_ARCH[cfg.get('arch', 'llama')]} | {cfg.get('tp', 1)} | "
-            f"{_MODE[mode].format(graphs=len(compiled['copies']))} | {_SETTING[cfg['autofunc']]} | "
-            f"{'yes' if run['same_tokens'] else 'NO'} | {len(copies)} | "
-            f"{_bytes(sum(c[1] for c in copies))} | {report} | {compiled['init_s']:.0f} s | "
+            f"{mode} | {_SETTING[cfg['autofunc']]} | "
+            f"{'yes' if run['same_tokens'] else 'NO'} | {n} | "
+            f"{_bytes(nbytes)} | {report} | {compiled['init_s']:.0f} s | "
             f"`{_command(cfg)}` |")
     return "\n".join(rows)
 
