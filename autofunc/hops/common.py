@@ -172,9 +172,10 @@ def same_memory(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> bool:
     * *Exactly the memory*: equal storage, offset, sizes, strides and dtype mean equal
       elements, so the regenerated mutable tensor is the read argument, element for element,
       whatever the view chains that made either. A read that merely overlaps a written
-      argument, or covers its memory with other strides, another shape or another dtype, stays
-      a read of its own (of the old value, copied where it overlaps: the rule "read by the
-      same call"): handing it the written tensor would change what it reads.
+      argument, or covers its memory with other strides, another shape or another dtype, is
+      no alias of it: handing it the written tensor would change what it reads. It is
+      regenerated from the written base with its own chain instead (Note [Read arguments see
+      the written memory] in hops/v2.py).
     * *Decided at trace time*, on eager's views (storage and geometry of the fake values): the
       pass never merges a read with a write, so ``op(dst=x, src=x.clone())`` after Inductor
       drops the clone stays a read of its own copy (the PR #198260 trap).

@@ -1,23 +1,22 @@
 """autofunc's v2 strategy: clone the bases of the mutable arguments, regenerate the views.
 
-Owns the ``autofunc_v2`` HOP, the wire format of its ``_views`` keyword (built on
-``views.encode_chain``) and the functionalization of one op call into it. Imports
-``hops.common``, ``schema`` and ``views``; never ``hops.v1``.
+Owns the ``autofunc_v2`` HOP, the functionalization of one op call into it (which tensors
+the op receives as views of which base) and its adapter; the wire format of its keywords is
+``hops.v2_wire``'s. Imports ``hops.common``, ``hops.v2_wire``, ``schema`` and ``views``; never
+``hops.v1``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
 
 from .. import regions, views
-from ..errors import AutofuncError, MalformedViewsError, UnsupportedCallError
+from ..errors import AutofuncError, UnsupportedCallError
 from ..schema import OpInfo, op_info, resolve
 from .adapter import Mutation, Slot, register_adapter
 from .common import (
@@ -28,7 +27,6 @@ from .common import (
     geometry_known,
     get_base,
     normalize_args,
-    same_memory,
     same_storage,
     op_outputs,
     below_autograd,
@@ -38,6 +36,19 @@ from .common import (
     trace_call,
     write_back,
     written_back_inexactly,
+)
+from .v2_reads import eager_aliases, overlapping_reads, read_views
+from .v2_wire import (
+    ArgView,
+    ReadAlias,
+    ViewsEntry,
+    decode_aliases,
+    decode_reads,
+    decode_views,
+    encode_aliases,
+    encode_reads,
+    encode_views,
+    regenerate,
 )
 
 __all__ = [
@@ -52,30 +63,39 @@ __all__ = [
     "autofunc_v2_functionalize",
     "autofunc_v2_proxy",
     "decode_aliases",
+    "decode_reads",
     "decode_views",
     "eager_aliases",
     "encode_aliases",
+    "encode_reads",
     "encode_views",
     "functionalize_v2",
+    "overlapping_reads",
+    "read_views",
     "regenerate",
 ]
 
 
 class AutoFunctionalizedV2(AutofuncHOP):
-    """``autofunc_v2(_op: str, _bases: list[Tensor], _views: tuple, **other_kwargs)
-    -> (*op_outputs, *new_bases)``
+    """``autofunc_v2(_op: str, _bases: list[Tensor], _views: tuple, _aliases: tuple = (),
+    _reads: tuple = (), _read_views: tuple = (), **other_kwargs) -> (*op_outputs, *new_bases)``
 
     Semantics, as plain Python::
 
         op = resolve(_op)
         new_bases = [clone_exact(b) for b in _bases]
         args = {name: regenerate(view, new_bases) for each mutable argument}  # see decode_views
+        args |= {name: regenerate(view, new_bases) for each read named in _reads}
+        args |= {read: args[mutable] for each read=mutable in _aliases}
         out = op(**other_kwargs, **args)
         return (*out, *new_bases)
 
     ``_views`` says, for each mutable argument of the schema, which base and which view chain
     regenerate it; it is a flat tuple of ints written by :func:`encode_views` and read by
-    :func:`decode_views` (Note [A flat wire format] in ``views``).
+    :func:`decode_views` (Note [A flat wire format] in ``views``). ``_reads``/``_read_views``
+    do the same for the read arguments over the memory the call writes (Note [Read arguments
+    see the written memory]); ``_aliases`` names those that are exactly a mutable argument's
+    memory (Note [Read arguments eager aliases]).
 
     Note [Why v2 clones bases]
     Cloning the argument (v1) leaves a view's mutation to be scattered back into its base by
@@ -90,109 +110,14 @@ auto_functionalized_v2 = AutoFunctionalizedV2("autofunc_v2")
 auto_functionalized_v2.__module__ = "torch.ops.higher_order"
 
 
-@dataclasses.dataclass(frozen=True)
-class ArgView:
-    """How one mutable tensor is regenerated: ``chain`` applied to base ``base_index``.
-
-    An ``AsStrided`` step's storage offset is stored relative to the base's own offset, so the
-    chain applies unchanged to a clone of the base (offset 0) or to the base itself.
-    """
-
-    base_index: int
-    chain: views.ViewChain
-
-
-# One mutable argument: a tensor, a list (whose elements may be None), or None.
-ViewsEntry = ArgView | list[ArgView | None] | None
-
-
-def encode_views(entries: Sequence[ViewsEntry]) -> tuple:
-    """The ``_views`` keyword for one call: one entry per mutable argument, in schema order.
-
-    Each entry is its tensor count (``-1`` for ``None``, ``1`` for a tensor, the length for a
-    list), then per tensor its base index and ``views.encode_chain`` of its chain, or ``-1``
-    alone for a ``None`` element of a list. E.g. one tensor argument that is ``bases[0][0]``:
-    ``(1, 0, 1, 0, 0, 0)``.
-    """
-    wire: list = []
-    for entry in entries:
-        if entry is None:
-            wire.append(-1)
-            continue
-        arg_views = entry if isinstance(entry, list) else [entry]
-        wire.append(len(arg_views))
-        for view in arg_views:
-            if view is None:
-                wire.append(-1)
-            else:
-                wire += [view.base_index, *views.encode_chain(view.chain)]
-    return tuple(wire)
-
-
-def decode_views(info: OpInfo, wire: Sequence) -> dict[str, ViewsEntry]:
-    """``_views`` -> ``{mutable arg name: ArgView | [ArgView, ...] | None}``. The result is
-    shared between calls with the same op and wire (a decoder's layers): read it, never change
-    it.
-
-    Raises:
-        ValueError: When ``wire`` does not match the op's mutable arguments.
-    """
-    # a wire of plain ints (no SymInt, no node) decodes to the same immutable chains each time
-    key = (id(info), wire) if type(wire) is tuple and all(type(x) is int for x in wire) else None
-    if key is not None:
-        hit = _DECODED.get(key)
-        if hit is not None and hit[0] is info:
-            return hit[1]
-    out = _decode_views(info, wire)
-    if key is not None:
-        if len(_DECODED) >= _DECODED_MAX:
-            _DECODED.clear()
-        _DECODED[key] = (info, out)  # holding ``info`` keeps its id from being reused
-    return out
-
-
-_DECODED: dict[tuple[int, tuple], tuple[OpInfo, dict[str, ViewsEntry]]] = {}
-_DECODED_MAX = 4096
-
-
-def _decode_views(info: OpInfo, wire: Sequence) -> dict[str, ViewsEntry]:
-    out: dict[str, ViewsEntry] = {}
-    pos = 0
-    for arg in info.mutable_args:
-        count, pos = wire[pos], pos + 1
-        if count == -1:
-            out[arg.name] = None
-            continue
-        arg_views: list[ArgView | None] = []
-        for _ in range(count):
-            base_index = wire[pos]
-            if base_index == -1 and arg.kind.is_list:  # a None element
-                arg_views.append(None)
-                pos += 1
-                continue
-            chain, pos = views.read_chain(wire, pos + 1)
-            arg_views.append(ArgView(base_index, chain))
-        if arg.kind.is_list:
-            out[arg.name] = arg_views
-        elif len(arg_views) == 1:
-            out[arg.name] = arg_views[0]
-        else:
-            raise MalformedViewsError(
-                f"_views gives {count} tensors for {arg.name} of {info.qualname}"
-            )
-    if pos != len(wire):
-        raise MalformedViewsError(f"trailing values in _views of {info.qualname}: {wire!r}")
-    return out
-
-
-def regenerate(view: ArgView, bases: list[torch.Tensor]) -> torch.Tensor:
-    """The argument ``view`` describes, as a view of ``bases[view.base_index]``."""
-    base = bases[view.base_index]
-    return view.chain.shifted(base.storage_offset()).apply(base)
-
-
 def autofunc_v2_dense(
-    _op: str, _bases: list, _views: tuple, _aliases: tuple = (), **kwargs: Any
+    _op: str,
+    _bases: list,
+    _views: tuple,
+    _aliases: tuple = (),
+    _reads: tuple = (),
+    _read_views: tuple = (),
+    **kwargs: Any,
 ) -> tuple:
     info = op_info(resolve(_op))
     new_bases = [clone_exact(b) for b in _bases]
@@ -205,6 +130,15 @@ def autofunc_v2_dense(
             ]
         else:
             new_kwargs[name] = None if view is None else distinct(regenerate(view, new_bases))
+    for name, view in decode_reads(info, _reads, _read_views).items():
+        if isinstance(view, list):  # an element without a view is passed as the call gives it
+            given = kwargs[name]
+            new_kwargs[name] = [
+                given[i] if v is None else distinct(regenerate(v, new_bases))
+                for i, v in enumerate(view)
+            ]
+        else:
+            new_kwargs[name] = distinct(regenerate(view, new_bases))
     for alias in decode_aliases(_aliases):  # Note [Read arguments eager aliases]
         same = new_kwargs[alias.mutable]
         new_kwargs[alias.read] = same if alias.same_object else torch.ops.aten.alias.default(same)
@@ -244,14 +178,18 @@ class _Bases:
     def base_of(self, t: torch.Tensor) -> torch.Tensor:
         return self._base_of[id(t)]
 
-    def view_of(self, t: torch.Tensor) -> ArgView:
-        base = self.base_of(t)
+    def index_of(self, base: torch.Tensor) -> int:
+        """The index of ``base`` (one of :meth:`base_of`'s answers) among ``tensors``, added
+        when first seen."""
         for i, b in enumerate(self.tensors):
             if b is base:
-                break
-        else:
-            self.tensors.append(base)
-            i = len(self.tensors) - 1
+                return i
+        self.tensors.append(base)
+        return len(self.tensors) - 1
+
+    def view_of(self, t: torch.Tensor) -> ArgView:
+        base = self.base_of(t)
+        i = self.index_of(base)
         # The current values, not the wrappers, carry consistent geometry (see may_overlap).
         inner_base, inner_t = self.ctx.unwrap_tensors((base, t))
         chain = views.infer_view_of(inner_base, inner_t)
@@ -299,8 +237,16 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     aliases = eager_aliases(info, arguments, ctx)
     for alias in aliases:
         del kw[alias.read]
+    reads = read_views(info, arguments, ctx, bases, skip={a.read for a in aliases})
+    for name, entry in reads.items():  # the op gets these from the bases
+        if isinstance(entry, list):  # an element without a view is passed as it is
+            kw[name] = [t if v is None else None for t, v in zip(kw[name], entry)]
+        else:
+            del kw[name]
     unwrapped = ctx.unwrap_tensors(kw)
-    extra = {"_aliases": encode_aliases(aliases)} if aliases else {}
+    extra: dict[str, Any] = {"_aliases": encode_aliases(aliases)} if aliases else {}
+    if reads:
+        extra["_reads"], extra["_read_views"] = encode_reads(reads)
     with ctx.redispatch_to_next():
         flat = auto_functionalized_v2(
             info.qualname,
@@ -313,83 +259,6 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     for old, new in zip(bases.tensors, new_bases, strict=True):
         write_back(ctx, old, new)
     return call_result(ctx, info, outs, arguments)
-
-
-class ReadAlias(NamedTuple):
-    """A read-only argument the op receives as the memory of mutable argument ``mutable``:
-    the very object eager passed as both (``same_object``), or another object over exactly
-    that memory (Note [Read arguments eager aliases])."""
-
-    read: str
-    mutable: str
-    same_object: bool = True
-
-
-def eager_aliases(info: OpInfo, arguments: dict, ctx: Any = None) -> list[ReadAlias]:
-    """The read-only tensor arguments of a call (its arguments by name) that are, in eager,
-    exactly the memory of a (single-tensor) mutable argument: the very object passed as that
-    argument, or, under a functionalization ``ctx`` that knows geometry, a tensor of the same
-    storage, storage offset, sizes, strides and dtype (``common.same_memory``).
-
-    Note [Read arguments eager aliases]
-    An in-place kernel may take one memory as both its input and its output: SGLang's rope
-    passes ``q`` and ``q_rope=q`` (``rope(q, k, q, k)``, one object) or, in its public wrapper,
-    ``query.view(-1, H, D)`` twice (two objects over one memory). In eager it reads and writes
-    that memory, which is its contract: what it reads may be what it has already written.
-    Functionalized plainly, the op would read the old ``q`` and write a copy, a call eager never
-    made: another result for an op that reads what it wrote (``copy_into``), and a copy the
-    re-inplace pass must keep (the read overlaps the write: the rule "read by the same call",
-    ``READ_BY_CALL``). So the read argument is not passed to the HOP at all: ``_aliases`` names
-    it and the mutable argument whose memory it is, and the HOP hands the op the regenerated
-    mutable tensor for both (a fresh ``alias`` of it where eager passed two objects:
-    Note [Arguments keep their identity] in common.py), whether the pass then writes the base in
-    place or keeps a clone for another reason: the read sees the written memory either way, as
-    in eager. Which reads qualify: Note [A read argument over exactly the written memory] in
-    common.py. Only a single-tensor mutable argument is named (the wire names it); a read of a
-    list element's memory stays a read of its own.
-    """
-    singles = {
-        a.name: arguments[a.name]
-        for a in info.mutable_args
-        if not a.kind.is_list and arguments.get(a.name) is not None
-    }
-    mutable_names = {a.name for a in info.mutable_args}
-    out = []
-    for name, value in arguments.items():
-        if name in mutable_names or not isinstance(value, torch.Tensor):
-            continue
-        same = next((m for m, t in singles.items() if t is value), None)
-        if same is not None:
-            out.append(ReadAlias(name, same))
-            continue
-        if ctx is None:
-            continue
-        same = next((m for m, t in singles.items() if same_memory(ctx, t, value)), None)
-        if same is not None:
-            out.append(ReadAlias(name, same, same_object=False))
-    return out
-
-
-def encode_aliases(aliases: Sequence[ReadAlias | tuple[str, str]]) -> tuple[str, ...]:
-    """The ``_aliases`` keyword: per read argument, ``"read=mutable"`` where eager passed one
-    object as both, ``"read~mutable"`` where it passed another object over the same memory."""
-    out = []
-    for alias in (ReadAlias(*a) for a in aliases):  # a pair: one object
-        out.append(f"{alias.read}{'=' if alias.same_object else '~'}{alias.mutable}")
-    return tuple(out)
-
-
-def decode_aliases(wire: Sequence[str]) -> list[ReadAlias]:
-    """``_aliases`` -> ``[ReadAlias, ...]``."""
-    out = []
-    for item in wire:
-        text = str(item)
-        cut = min((i for i in (text.find("="), text.find("~")) if i >= 0), default=-1)
-        read, mutable = text[:cut], text[cut + 1 :]
-        if cut < 0 or not read or not mutable:
-            raise MalformedViewsError(f"malformed _aliases entry {item!r}")
-        out.append(ReadAlias(read, mutable, same_object=text[cut] == "="))
-    return out
 
 
 def _check_bases(info: OpInfo, kw: dict, bases: _Bases) -> None:
@@ -423,9 +292,8 @@ class V2Adapter:
 
     def read(self, node: Any) -> Mutation:
         info = op_info(resolve(node.args[0]))
-        kwargs = {
-            k: v for k, v in node.kwargs.items() if k not in ("_bases", "_views", "_aliases")
-        }
+        wire = ("_bases", "_views", "_aliases", "_reads", "_read_views")
+        kwargs = {k: v for k, v in node.kwargs.items() if k not in wire}
         slots = []
         for name, entry in decode_views(info, node.kwargs["_views"]).items():
             if isinstance(entry, list):
@@ -439,6 +307,17 @@ class V2Adapter:
                 kwargs[name] = None
                 if entry is not None:
                     slots.append(Slot(name, None, entry.base_index, entry.chain))
+        reads = decode_reads(info, node.kwargs.get("_reads", ()), node.kwargs.get("_read_views", ()))
+        for name, entry in reads.items():  # Note [Read arguments see the written memory]
+            if isinstance(entry, list):  # the elements without a view stay in kwargs
+                slots += [
+                    Slot(name, i, v.base_index, v.chain, read_only=True)
+                    for i, v in enumerate(entry)
+                    if v is not None
+                ]
+            else:
+                kwargs[name] = None
+                slots.append(Slot(name, None, entry.base_index, entry.chain, read_only=True))
         by_label = {s.label: s for s in slots}
         for alias in decode_aliases(node.kwargs.get("_aliases", ())):
             # Note [Read arguments eager aliases]: the memory of ``alias.mutable``

@@ -40,6 +40,8 @@ log = get_logger("autofunc.passes.facts")
 def buffers(m: Mutation) -> list[Buffer]:
     bufs = [Buffer(b, m.output_keys(i)[0], [], []) for i, b in enumerate(m.buffers)]
     for slot in m.slots:
+        if slot.read_only:  # it writes nothing; the op reads what the buffer holds
+            continue
         bufs[slot.buffer].args.append(slot.label)
         bufs[slot.buffer].chains.append(slot.relative_chain)
     return bufs

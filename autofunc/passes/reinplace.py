@@ -415,7 +415,7 @@ def _emit_call(
     distinct = Distinct(lambda n: ctx.policy.alias(ctx, n), lambda n: n)
     shared: dict = {}  # the chains' common prefixes, emitted once
     tensors: dict[str, fx.Node] = {}  # slot label -> its tensor
-    for s in m.slots:
+    for s in m.slots:  # mutable, then read-only ones of their own chains, then exact aliases
         if s.same_as is None:
             tensors[s.label] = distinct(
                 emit_view(ctx, new_bufs[s.buffer], s.relative_chain, shared)

@@ -23,7 +23,7 @@ from .. import guards
 from ..errors import AutofuncError
 from ..hops.common import may_overlap, normalize_args
 from ..hops.v1 import functionalize_v1, inexact_slot, mutable_slots
-from ..hops.v2 import eager_aliases, functionalize_v2
+from ..hops.v2 import eager_aliases, functionalize_v2, overlapping_reads
 from ..schema import OpInfo, op_info, qualname
 from .state import RegistryState
 from ..logs import get_logger
@@ -232,4 +232,10 @@ def _v1_needs_v2(ctx: Any, func: OpOverload, args: tuple, kwargs: dict) -> str |
         read, mutable, same_object = aliases[0]
         what = "the tensor passed" if same_object else "exactly the memory of"
         return f"read argument {read} is {what} {mutable}"
+    reads = overlapping_reads(info, kw, ctx)
+    if reads:
+        # Note [Read arguments see the written memory] in hops/v2.py: likewise for a read over
+        # the written memory in another geometry; v2 regenerates it from the written base.
+        read, mutable = reads[0]
+        return f"read argument {read} may share memory with {mutable}"
     return None

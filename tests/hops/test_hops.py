@@ -11,7 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import autofunc
-from autofunc.hops.v2 import ArgView, decode_views, encode_views
+from autofunc.hops.v2 import ArgView, decode_views, encode_reads, encode_views
 from autofunc.testing import count_targets
 from autofunc.views import AsStrided, Select, Slice, ViewChain
 from tools import corpus  # noqa: F401  (defines the autofunc_corpus ops)
@@ -298,3 +298,46 @@ def test_dense_hands_the_op_the_same_memory_for_another_object():
     )
     assert torch.equal(out[0], expected)
     assert torch.equal(x, torch.arange(6.0))
+
+
+# -- _reads / _read_views (Note [Read arguments see the written memory]) ----------------------
+
+
+def test_reads_wire_round_trip_and_malformed():
+    from autofunc.errors import MalformedViewsError
+    from autofunc.hops.v2 import decode_reads
+    from autofunc.schema import op_info
+
+    info = op_info(torch.ops.autofunc_corpus.copy_into.default)
+    reads = {"src": ArgView(0, ViewChain((AsStrided((2, 3), (1, 2), 0),)))}
+    names, wire = encode_reads(reads)
+    assert names == ("src",)
+    assert decode_reads(info, names, wire) == reads
+    with pytest.raises(MalformedViewsError, match="no read argument"):
+        decode_reads(info, ("dst",), wire)  # a mutable argument is no read
+    with pytest.raises(MalformedViewsError, match="trailing"):
+        decode_reads(info, names, (*wire, 0))
+    with pytest.raises(MalformedViewsError, match="ends before"):
+        decode_reads(info, names, ())
+
+
+def test_dense_hands_the_op_a_view_of_the_written_base_for_a_read():
+    # copy_into reads src after writing dst; src is dst's memory in another shape (the flat
+    # base): eager reads what it wrote through it, and so does the HOP on its copy
+    x = torch.arange(6.0)
+    expected = x.clone()
+    corpus.copy_into(expected.view(2, 3), expected)
+    src_view = ArgView(0, ViewChain(()))
+    names, wire = encode_reads({"src": src_view})
+    out = autofunc.auto_functionalized_v2(
+        "autofunc_corpus::copy_into.default",
+        _bases=[x],
+        _views=_on_base([AsStrided((2, 3), (3, 1), 0)]),
+        _reads=names,
+        _read_views=wire,
+    )
+    assert torch.equal(out[0], expected)
+    plain = x.clone()
+    corpus.copy_into(plain.view(2, 3), x.clone())  # a copy of the old values
+    assert not torch.equal(out[0], plain)  # the read saw the writes (else this program differs)
+    assert torch.equal(x, torch.arange(6.0))  # the HOP is functional
