@@ -225,6 +225,70 @@ def rms_norm_dynamic_per_token_quant(
     result.copy_(q.to(result.dtype))
 
 
+# Ops whose read-only arguments may be views of the memory they write (other geometry: a
+# transpose, a permute, a view, a dtype view, a list element, the base of the written view). In
+# eager the op then reads the memory it writes; each says whether it reads before or after.
+
+
+@torch.library.custom_op(f"{_NS}::write_then_read", mutates_args={"dst"})
+def write_then_read(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """dst *= 0.5, then dst += 0.5 * src (src as dst's shape, row-major): src is read AFTER the
+    write, so a src over dst's memory reads the halved values"""
+    dst.mul_(0.5)
+    dst.add_(0.5 * src.reshape(dst.shape))
+
+
+@torch.library.custom_op(f"{_NS}::ret_after_write", mutates_args={"x"})
+def ret_after_write(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x = x * 0.5 - 1; returns 2 * y + x.mean() (fresh): y is read after x is written"""
+    x.mul_(0.5).sub_(1)
+    return 2 * y + x.mean()
+
+
+@ret_after_write.register_fake
+def _(x, y):
+    return torch.empty_like(y)
+
+
+@torch.library.custom_op(f"{_NS}::read_then_write", mutates_args={"x"})
+def read_then_write(x: torch.Tensor, y: torch.Tensor) -> None:
+    """x = 0.5 * x + (2 * y + 1) (y as x's shape, row-major): y is read BEFORE x is written, so
+    the result does not depend on whether y is x's memory"""
+    update = 2 * y.reshape(x.shape) + 1
+    x.mul_(0.5).add_(update)
+
+
+@torch.library.custom_op(f"{_NS}::write_list", mutates_args={"xs"})
+def write_list(xs: list[torch.Tensor], y: torch.Tensor) -> None:
+    """each x *= 0.5, then x += y.sum() (y read after each write)"""
+    for x in xs:
+        x.mul_(0.5)
+        x.add_(y.sum())
+
+
+@torch.library.custom_op(f"{_NS}::write_then_read_bits", mutates_args={"x"})
+def write_then_read_bits(x: torch.Tensor, bits: torch.Tensor) -> None:
+    """x += 1 (float32), then x += (bits & 255) / 256 (int32, read after the write): with bits
+    ``x.view(torch.int32)`` the op reads the low mantissa bits of the new x"""
+    x.add_(1.0)
+    x.add_((bits.reshape(x.shape) & 255).to(x.dtype) / 256)
+
+
+@torch.library.custom_op(f"{_NS}::op3", mutates_args={"out"})
+def op3(out: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
+    """out *= 0.5, then out += x + y.sum() (x and y read after the write)"""
+    out.mul_(0.5)
+    out.add_(x + y.sum())
+
+
+@torch.library.custom_op(f"{_NS}::cache_put", mutates_args={"cache"})
+def cache_put(cache: torch.Tensor, rows: torch.Tensor, idx: torch.Tensor) -> None:
+    """cache[idx[i]] = rows[i], for i in order (a scatter kernel's order): a row of ``rows``
+    over the cache is read after the earlier rows are written"""
+    for i, j in enumerate(idx.tolist()):
+        cache[j] = rows[i]
+
+
 _lib = torch.library.Library(_NS, "FRAGMENT")
 _lib.define("bump(Tensor(a!) x) -> ()")
 _lib.define("bump.by(Tensor(a!) x, float by) -> ()")
@@ -296,6 +360,13 @@ OPS = (
     rms_norm_static_fp8_quant,
     fused_add_rms_norm_static_fp8_quant,
     rms_norm_dynamic_per_token_quant,
+    write_then_read,
+    ret_after_write,
+    read_then_write,
+    write_list,
+    write_then_read_bits,
+    op3,
+    cache_put,
 )
 OP_NAMES = tuple(op._qualname for op in OPS) + tuple(
     f"{_NS}::{name}"
@@ -981,3 +1052,209 @@ def clone_saved(x, y, z):
     buf = y.clone()
     add_(buf, z)
     return (x * buf).sum()
+
+
+# -- read arguments over the memory the same call writes ----------------------------------------
+# In eager an op given a read-only argument that is a view of memory it writes (a transpose,
+# permute, view, dtype view, list element or the base of the written view) reads that memory: an
+# op that reads after it writes sees its new values. The compiled call must pass the op such a
+# view too, with no clone of the written base for it.
+
+
+
+# Programs on which autofunc does not yet give eager's values: the op reads, after its write, a
+# read argument that gets a copy of the old values. They are kept out of PROGRAMS (which every
+# corpus test runs under every backend) and each moves there once its values are eager's;
+# tests/passes/test_eager_memory.py runs them.
+NOT_YET_EAGER: dict[str, Program] = {}
+
+
+def eager_memory_program(make_inputs: Callable[[], tuple], note: str = "") -> Callable:
+    def deco(fn: Callable) -> Callable:
+        NOT_YET_EAGER[fn.__name__] = Program(fn.__name__, fn, make_inputs, note)
+        return fn
+
+    return deco
+
+
+def _a44():
+    return (torch.randn(4, 4, dtype=torch.float64),)
+
+
+@eager_memory_program(
+    _a44,
+    "write_then_read(t, t.t()) on a fresh buffer: the read transpose is read after",
+)
+def wtr_transpose_fresh(a):
+    t = a * 1
+    write_then_read(t, t.t())
+    return t
+
+
+@eager_memory_program(
+    _a44,
+    "write_then_read(a, a.t()) on a graph input: the read transpose is read after",
+)
+def wtr_transpose_input(a):
+    write_then_read(a, a.t())
+    return a.sum()
+
+
+@eager_memory_program(_a44, "ret_after_write(t0.view(2, 8), t0): the read base of the written view")
+def raw_view_of_base(a):
+    t0 = a * 1
+    out = ret_after_write(t0.view(2, 8), t0)
+    return out, t0
+
+
+def _x2345():
+    return (torch.randn(2, 3, 4, 5),)
+
+
+@eager_memory_program(
+    _x2345,
+    "write_then_read(x.permute(0, 1, 3, 2), x): the base of a written permute",
+)
+def wtr_permute_written(x):
+    y = x * 1
+    write_then_read(y.permute(0, 1, 3, 2), y)
+    return y
+
+
+@eager_memory_program(
+    _x2345,
+    "write_then_read(x, x.permute(0, 1, 3, 2)): a permute of the written tensor",
+)
+def wtr_permute_read(x):
+    y = x * 1
+    write_then_read(y, y.permute(0, 1, 3, 2))
+    return y
+
+
+@eager_memory_program(
+    _x2345,
+    "write_then_read(x[1].permute(0, 2, 1), x[1].flatten()), x a graph input",
+)
+def wtr_permute_flatten_input(x):
+    write_then_read(x[1].permute(0, 2, 1), x[1].flatten())
+    return x[0] * 2
+
+
+@eager_memory_program(
+    _a44,
+    "op(y, y) twice, then ret_after_write(y, y[0]): one memory, then a row of it",
+)
+def same_memory_calls(a):
+    y = a * 1
+    write_then_read(y, y)
+    write_then_read(y, y)
+    r = ret_after_write(y, y[0])
+    return y, r
+
+
+@eager_memory_program(_a44, "op(a, a) and ret_after_write(a, a[1]) on a graph input")
+def same_memory_input(a):
+    write_then_read(a, a)
+    return ret_after_write(a, a[1])
+
+
+@program(_a44, "read_then_write(r, r.t()): the read transpose is read before the write")
+def rtw_transpose(a):
+    r = a * 1
+    read_then_write(r, r.t())
+    return r
+
+
+@program(_a44, "read_then_write(a, a.t()) on a graph input (read before the write)")
+def rtw_transpose_input(a):
+    read_then_write(a, a.t())
+    return a.sum()
+
+
+@eager_memory_program(
+    lambda: (torch.randn(3, 4),),
+    "write_list([b], b): the read is the list element's memory",
+)
+def write_list_element(x):
+    b = x * 1
+    write_list([b], b)
+    return b
+
+
+@eager_memory_program(
+    lambda: (torch.randn(3, 4),),
+    "write_list([b[0], b[1]], b): the read is the base",
+)
+def write_list_rows(x):
+    b = x * 1
+    write_list([b[0], b[1]], b)
+    return b
+
+
+@eager_memory_program(
+    lambda: (torch.randn(4, 8),),
+    "write_then_read_bits(y, y.view(torch.int32)): a dtype view",
+)
+def bits_dtype_view(x):
+    y = x * 1
+    write_then_read_bits(y, y.view(torch.int32))
+    return y
+
+
+@eager_memory_program(lambda: (torch.randn(6, 5, 4),), "v = b.transpose(0, 1); op3(v, v, b)")
+def op3_transpose_base(x):
+    b = x * 1
+    v = b.transpose(0, 1)
+    op3(v, v, b)
+    return b
+
+
+@eager_memory_program(
+    lambda: (torch.randn(6, 4),),
+    "cache_put(b, b[1:4], [3, 0, 2]): rows of the cache read",
+)
+def cache_put_own_rows(x):
+    b = x * 1
+    cache_put(b, b[1:4], torch.tensor([3, 0, 2]))
+    return b
+
+
+@eager_memory_program(lambda: (torch.randn(6, 4),), "cache_put on a graph input, rows read from it")
+def cache_put_input_rows(b):
+    cache_put(b, b[1:4], torch.tensor([3, 0, 2]))
+    return b[0] + 1
+
+
+@program(_x2345, "read_then_write(x.permute(0, 1, 3, 2), x): the read base, read before")
+def rtw_permute(x):
+    y = x * 1
+    read_then_write(y.permute(0, 1, 3, 2), y)
+    return y
+
+
+def _aliased_inputs():
+    a = torch.randn(4, 4, dtype=torch.float64)
+    return (a, a.t())
+
+
+@eager_memory_program(_aliased_inputs, "write_then_read(a, at): at = a.t() is another graph input")
+def wtr_aliased_inputs(a, at):
+    write_then_read(a, at)
+    return a.sum()
+
+
+@eager_memory_program(
+    lambda: (torch.randn(5, 4),), "write_then_read(b[0:3], b[1:4]): overlapping rows, read after"
+)
+def wtr_overlapping_rows(x):
+    b = x * 1
+    write_then_read(b[0:3], b[1:4])
+    return b
+
+
+@eager_memory_program(
+    lambda: (torch.randn(5, 4),), "write_then_read(x[0:3], x[1:4]) on a graph input"
+)
+def wtr_overlapping_input_rows(x):
+    write_then_read(x[0:3], x[1:4])
+    return x[4] * 2
