@@ -1062,26 +1062,11 @@ def clone_saved(x, y, z):
 
 
 
-# Programs on which autofunc does not yet give eager's values: the op reads, after its write, a
-# read argument that gets a copy of the old values. They are kept out of PROGRAMS (which every
-# corpus test runs under every backend) and each moves there once its values are eager's;
-# tests/passes/test_eager_memory.py runs them.
-NOT_YET_EAGER: dict[str, Program] = {}
-
-
-def eager_memory_program(make_inputs: Callable[[], tuple], note: str = "") -> Callable:
-    def deco(fn: Callable) -> Callable:
-        NOT_YET_EAGER[fn.__name__] = Program(fn.__name__, fn, make_inputs, note)
-        return fn
-
-    return deco
-
-
 def _a44():
     return (torch.randn(4, 4, dtype=torch.float64),)
 
 
-@eager_memory_program(
+@program(
     _a44,
     "write_then_read(t, t.t()) on a fresh buffer: the read transpose is read after",
 )
@@ -1091,7 +1076,7 @@ def wtr_transpose_fresh(a):
     return t
 
 
-@eager_memory_program(
+@program(
     _a44,
     "write_then_read(a, a.t()) on a graph input: the read transpose is read after",
 )
@@ -1100,7 +1085,7 @@ def wtr_transpose_input(a):
     return a.sum()
 
 
-@eager_memory_program(_a44, "ret_after_write(t0.view(2, 8), t0): the read base of the written view")
+@program(_a44, "ret_after_write(t0.view(2, 8), t0): the read base of the written view")
 def raw_view_of_base(a):
     t0 = a * 1
     out = ret_after_write(t0.view(2, 8), t0)
@@ -1111,7 +1096,7 @@ def _x2345():
     return (torch.randn(2, 3, 4, 5),)
 
 
-@eager_memory_program(
+@program(
     _x2345,
     "write_then_read(x.permute(0, 1, 3, 2), x): the base of a written permute",
 )
@@ -1121,7 +1106,7 @@ def wtr_permute_written(x):
     return y
 
 
-@eager_memory_program(
+@program(
     _x2345,
     "write_then_read(x, x.permute(0, 1, 3, 2)): a permute of the written tensor",
 )
@@ -1131,7 +1116,7 @@ def wtr_permute_read(x):
     return y
 
 
-@eager_memory_program(
+@program(
     _x2345,
     "write_then_read(x[1].permute(0, 2, 1), x[1].flatten()), x a graph input",
 )
@@ -1140,7 +1125,7 @@ def wtr_permute_flatten_input(x):
     return x[0] * 2
 
 
-@eager_memory_program(
+@program(
     _a44,
     "op(y, y) twice, then ret_after_write(y, y[0]): one memory, then a row of it",
 )
@@ -1152,7 +1137,7 @@ def same_memory_calls(a):
     return y, r
 
 
-@eager_memory_program(_a44, "op(a, a) and ret_after_write(a, a[1]) on a graph input")
+@program(_a44, "op(a, a) and ret_after_write(a, a[1]) on a graph input")
 def same_memory_input(a):
     write_then_read(a, a)
     return ret_after_write(a, a[1])
@@ -1171,7 +1156,7 @@ def rtw_transpose_input(a):
     return a.sum()
 
 
-@eager_memory_program(
+@program(
     lambda: (torch.randn(3, 4),),
     "write_list([b], b): the read is the list element's memory",
 )
@@ -1181,7 +1166,7 @@ def write_list_element(x):
     return b
 
 
-@eager_memory_program(
+@program(
     lambda: (torch.randn(3, 4),),
     "write_list([b[0], b[1]], b): the read is the base",
 )
@@ -1191,7 +1176,7 @@ def write_list_rows(x):
     return b
 
 
-@eager_memory_program(
+@program(
     lambda: (torch.randn(4, 8),),
     "write_then_read_bits(y, y.view(torch.int32)): a dtype view",
 )
@@ -1201,7 +1186,7 @@ def bits_dtype_view(x):
     return y
 
 
-@eager_memory_program(lambda: (torch.randn(6, 5, 4),), "v = b.transpose(0, 1); op3(v, v, b)")
+@program(lambda: (torch.randn(6, 5, 4),), "v = b.transpose(0, 1); op3(v, v, b)")
 def op3_transpose_base(x):
     b = x * 1
     v = b.transpose(0, 1)
@@ -1209,7 +1194,7 @@ def op3_transpose_base(x):
     return b
 
 
-@eager_memory_program(
+@program(
     lambda: (torch.randn(6, 4),),
     "cache_put(b, b[1:4], [3, 0, 2]): rows of the cache read",
 )
@@ -1219,7 +1204,7 @@ def cache_put_own_rows(x):
     return b
 
 
-@eager_memory_program(lambda: (torch.randn(6, 4),), "cache_put on a graph input, rows read from it")
+@program(lambda: (torch.randn(6, 4),), "cache_put on a graph input, rows read from it")
 def cache_put_input_rows(b):
     cache_put(b, b[1:4], torch.tensor([3, 0, 2]))
     return b[0] + 1
@@ -1237,13 +1222,13 @@ def _aliased_inputs():
     return (a, a.t())
 
 
-@eager_memory_program(_aliased_inputs, "write_then_read(a, at): at = a.t() is another graph input")
+@program(_aliased_inputs, "write_then_read(a, at): at = a.t() is another graph input")
 def wtr_aliased_inputs(a, at):
     write_then_read(a, at)
     return a.sum()
 
 
-@eager_memory_program(
+@program(
     lambda: (torch.randn(5, 4),), "write_then_read(b[0:3], b[1:4]): overlapping rows, read after"
 )
 def wtr_overlapping_rows(x):
@@ -1252,7 +1237,7 @@ def wtr_overlapping_rows(x):
     return b
 
 
-@eager_memory_program(
+@program(
     lambda: (torch.randn(5, 4),), "write_then_read(x[0:3], x[1:4]) on a graph input"
 )
 def wtr_overlapping_input_rows(x):
