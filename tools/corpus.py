@@ -61,6 +61,14 @@ def two(a: torch.Tensor, b: torch.Tensor) -> None:
     b.mul_(2)
 
 
+@torch.library.custom_op(f"{_NS}::two_read_first", mutates_args={"a", "b"})
+def two_read_first(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+    """a += c.sum() (c read before any write), then b += 1"""
+    total = c.sum().to(a.dtype)
+    a.add_(total)
+    b.add_(1)
+
+
 @torch.library.custom_op(f"{_NS}::copy_into", mutates_args={"dst"})
 def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
     """dst = src + 1, written element by element from the end so that an aliased src reads
@@ -349,6 +357,7 @@ OPS = (
     add_list,
     add_and_sum,
     two,
+    two_read_first,
     copy_into,
     write_rows,
     write_rows_fp8,
@@ -1243,3 +1252,15 @@ def wtr_overlapping_rows(x):
 def wtr_overlapping_input_rows(x):
     write_then_read(x[0:3], x[1:4])
     return x[4] * 2
+
+
+@program(
+    lambda: (torch.randn(8),),
+    "two_read_first(x[:4], x.view(int32)[4:], x): the written tensors' bases meet",
+)
+def dtype_view_bases_meet(a):
+    # x[:4] has the base x, the dtype view's half a base of its own (dtype views record none):
+    # two bases over one memory, one written back after the other (Note [Bases that overlap])
+    x = a * 1
+    two_read_first(x[:4], x.view(torch.int32)[4:], x)
+    return x

@@ -18,6 +18,7 @@ from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
 from .. import regions, views
 from ..errors import AutofuncError, UnsupportedCallError
 from ..schema import OpInfo, op_info, resolve
+from ..symbolic import known
 from .adapter import Mutation, Slot, register_adapter
 from .common import (
     AutofuncHOP,
@@ -151,7 +152,17 @@ class _Bases:
 
     Mutable tensors on one storage whose bases differ or are unknown get one synthesized common
     base: a flat alias of the whole storage (made under the functionalization ``ctx``), so the
-    op still sees their aliasing and the program writes the storage back through it.
+    op still sees their aliasing and the program writes the storage back through it, where
+    the tensors or their bases may overlap.
+
+    Note [Bases that overlap]
+    Each base's new value is written back on its own (``write_back``), in turn. Two bases of one
+    storage whose memory meets (``x`` and ``x.view(torch.int32)``: a dtype view records no
+    base) each carry, where they meet, their own copy: the second write-back puts its old values
+    over what the op wrote through the first (``op(x[:4], x.view(torch.int32)[4:])`` lost the
+    write to ``x[:4]``: a wrong result). So such tensors get one base too, also when they are
+    disjoint: the base among theirs whose memory holds them all (``x``; the others are
+    regenerated from it, through a dtype view where need be), else a synthesized one.
     """
 
     def __init__(self, ctx: Any, tensors: list[torch.Tensor]) -> None:
@@ -167,11 +178,17 @@ class _Bases:
                 group.append(t)
         for group in groups:
             bases = {id(get_base(t)): get_base(t) for t in group}
-            if len(bases) == 1 or not _any_overlap(ctx, group):
+            # Note [Bases that overlap]: two bases whose memory meets are written back one
+            # after the other, the second's old values over the first's new ones
+            tensors_meet = len(bases) > 1 and _any_overlap(ctx, group)
+            if len(bases) == 1 or not (
+                tensors_meet or _any_overlap(ctx, list(bases.values()))
+            ):
                 for t in group:
                     self._base_of[id(t)] = get_base(t)
                 continue
-            common = _storage_alias(ctx, group[0])
+            common = None if tensors_meet else _covering(ctx, list(bases.values()), group)
+            common = _storage_alias(ctx, group[0]) if common is None else common
             for t in group:
                 self._base_of[id(t)] = common
 
@@ -202,6 +219,19 @@ def _any_overlap(ctx: Any, group: list[torch.Tensor]) -> bool:
         return True
     flat = [regions.region_of_storage(t) for t in ctx.unwrap_tensors(list(group))]
     return any(regions.overlaps(a, b) for a, b in itertools.combinations(flat, 2))
+
+
+def _covering(ctx: Any, bases: list[torch.Tensor], group: list[torch.Tensor]) -> Any:
+    """One of ``bases`` whose storage span provably holds every tensor of ``group``, or
+    ``None`` (Note [Bases that overlap]: the others are regenerated from it, a dtype view
+    too)."""
+    inner = ctx.unwrap_tensors(list(bases) + list(group))
+    spans = [regions.region_of_storage(t) for t in inner]
+    held = spans[len(bases) :]
+    for base, span in zip(bases, spans):
+        if all(known(span.lo <= r.lo) and known(r.hi <= span.hi) for r in held):
+            return base
+    return None
 
 
 def _storage_alias(ctx: Any, t: torch.Tensor) -> torch.Tensor:

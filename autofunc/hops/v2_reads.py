@@ -38,7 +38,7 @@ def overlapping_reads(info: OpInfo, arguments: dict, ctx: Any) -> list[tuple[str
     geometry, Note [Read arguments see the written memory])."""
     if not geometry_known(ctx):
         return []
-    mutable = [(label, t) for label, t in _labelled(info, arguments, mutable=True)]
+    mutable = _labelled(info, arguments, mutable=True)
     out = []
     for label, r in _labelled(info, arguments, mutable=False):
         hit = next((m for m, t in mutable if t is r or may_overlap(ctx, r, t)), None)

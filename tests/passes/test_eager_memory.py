@@ -136,3 +136,30 @@ def test_a_clone_kept_for_another_reason_is_what_the_read_argument_sees(strategy
 
     p = corpus.PROGRAMS["op3_transpose_base"]
     _check(p.fn, p.inputs(), reinplace_pass=False, before_pass=disabled)
+
+
+# -- bases whose memory meets (Note [Bases that overlap]) ------------------------------------------
+
+
+def test_bases_that_meet_are_one_base(strategy):
+    # before: x and its int32 view were two bases, each written back whole in turn, and the
+    # second's old values undid the op's write through the first (a wrong result)
+    p = corpus.PROGRAMS["dtype_view_bases_meet"]
+    captured = _check(p.fn, p.inputs())
+    assert "_bases = [mul]" in captured.functional[0]  # x, its dtype view regenerated from it
+    assert "_reads = ('c',)" in captured.functional[0]
+    assert captured.report.num_clones == 0, captured.report
+
+
+# -- where geometry is unknown, a read keeps its copy ---------------------------------------------
+
+
+def test_torch_func_functionalize_knows_no_geometry_so_a_read_keeps_its_copy(strategy):
+    # views report no real geometry under C++ functionalization: no read is regenerated there
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    p = corpus.PROGRAMS["rtw_transpose"]
+    (x,) = p.inputs()
+    gm = make_fx(torch.func.functionalize(p.fn))(x.clone())
+    assert "_reads" not in gm.code
+    torch.testing.assert_close(gm(x.clone()), p.fn(x.clone()))
