@@ -6,7 +6,9 @@
 A chunk runs in its own process, so a crash (a segfault or a double free in compiled code) loses
 that chunk's count, not the campaign: the crashed chunk is recorded with its exit status and
 rerun one program per process to name the program that crashes. The merged summary (per
-strategy/path checks, failures, PyTorch limitations, crashes) goes to ``--json``.
+strategy/path checks, failures, PyTorch limitations, crashes; on the paths of
+``--against-builtin``, each result next to the built-in v2's and the bytes every configuration
+allocates per program, and the shrunk failures) goes to ``--json``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def _run(args: argparse.Namespace, start: int, count: int, out: Path) -> tuple[i
         sys.executable, "-m", "tools.fuzz_sweep", "--seed", str(args.seed), "--start", str(start),
         "--count", str(count), "--paths", args.paths, "--strategies", args.strategies,
         "--out", args.out, "--json", str(out),
+        "--against-builtin", args.against_builtin, "--shrink-checks", str(args.shrink_checks),
     ] + (["--no-shrink"] if args.no_shrink else []) + (
         ["--features", args.features] if args.features else []
     )
@@ -46,12 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", required=True)
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--features", default="", help="passed to tools.fuzz_sweep --features")
+    ap.add_argument("--against-builtin", default="inductor",
+                    help="passed to tools.fuzz_sweep --against-builtin")
+    ap.add_argument("--shrink-checks", type=int, default=300,
+                    help="passed to tools.fuzz_sweep --shrink-checks")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
 
     stats: dict = collections.defaultdict(lambda: collections.Counter())
     failures: list[str] = []
     crashes: list[dict] = []
+    extra: dict = {"allocated": {}, "shrunk": []}
     seconds = 0.0
     torch_version = None
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                     if one is None:
                         crashes.append({"program": index, "returncode": rc1})
                         continue
-                    _merge(stats, failures, one)
+                    _merge(stats, failures, one, extra)
                     seconds += one["seconds"]
                 continue
-            _merge(stats, failures, data)
+            _merge(stats, failures, data, extra)
             seconds += data["seconds"]
             torch_version = data.get("torch")
             print(f"[{start + count - args.start}/{args.count}] failures={len(failures)} "
@@ -78,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         "strategies": args.strategies, "features": args.features, "torch": torch_version,
         "seconds": round(seconds, 1),
         "stats": {k: dict(v) for k, v in sorted(stats.items())},
-        "failures": failures, "crashes": crashes,
+        "failures": failures, "crashes": crashes, "against_builtin": args.against_builtin,
+        **extra,
     }
     Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
     for key, st in sorted(stats.items()):
@@ -88,10 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failures or crashes else 0
 
 
-def _merge(stats: dict, failures: list, data: dict) -> None:
+def _merge(stats: dict, failures: list, data: dict, extra: dict) -> None:
     for key, st in data["stats"].items():
         stats[key].update({k: v for k, v in st.items() if k != "time"})
     failures.extend(data["failures"])
+    extra["allocated"].update(data.get("allocated", {}))
+    extra["shrunk"].extend(data.get("shrunk", []))
 
 
 if __name__ == "__main__":

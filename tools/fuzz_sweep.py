@@ -7,6 +7,14 @@ Every failure is shrunk to a minimal program (up to --shrink-limit per kind of f
 triaged (the same program on the other strategies, PyTorch's builtin handling included, and on
 aot_eager / capture) and saved as a runnable ``fuzz_repro_<hash>.py`` in --out. Exits 1 if any
 program failed (PyTorch limitations, see ``fuzz.LIMITATIONS``, are counted but do not fail).
+
+On the paths of --against-builtin (default: inductor) each program also runs under PyTorch's
+built-in v2, and every configuration's compiled call is measured (the bytes it allocates,
+``tools.compare``'s measurement; per program in the JSON). There a failure says whether the
+built-in is right on the program (``wrong_builtin_right``) or wrong too
+(``wrong_builtin_wrong``); a program where autofunc is right and the built-in wrong is counted
+(``builtin_wrong``), not failed; and one where both are right and autofunc v2 allocates more
+bytes than the built-in v2 is a failure of its own, ``bytes``, shrunk and saved like the rest.
 """
 
 from __future__ import annotations
@@ -58,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--shrink-checks", type=int, default=300,
                     help="compiles per shrink at most (80 on inductor)")
     ap.add_argument("--no-triage", action="store_true")
+    ap.add_argument("--against-builtin", default="inductor", metavar="PATH,...",
+                    help="paths on which each program also runs under the built-in v2, every "
+                    "configuration's bytes are measured, and autofunc v2 allocating more is a "
+                    "failure ('' for none)")
     ap.add_argument("--json", default=None, metavar="PATH",
                     help="also write the summary (seed, range, per strategy/path counts, "
                     "failures) as JSON")
@@ -71,9 +83,12 @@ class Sweep:
         self.stats = collections.defaultdict(
             lambda: {"checks": 0, "time": 0.0, "bugs": 0, "limitations": 0}
         )
+        # index -> path -> configuration -> bytes its compiled call allocates
+        self.allocated: dict[int, dict[str, dict[str, int]]] = {}
         self.shrunk: collections.Counter = collections.Counter()
         self.repros: dict[str, str] = {}  # file -> one-line description
         self.failed: list[str] = []
+        self.shrunk_rows: list[dict] = []  # each shrunk failure: origin, kind, source, bytes
         self.eager_errors = 0
         self.start = time.time()
         self.interactive = sys.stdout.isatty()
@@ -82,6 +97,48 @@ class Sweep:
         if self.interactive:
             print("\r\033[K", end="")
         print(msg, flush=True)
+
+    def run_against_builtin(
+        self, program: fuzz.FuzzProgram, index: int, path: str, strategies: list[str]
+    ) -> list[str]:
+        """All ``strategies`` and the built-in v2 on ``path``, each result sorted by
+        ``fuzz.Verdict.outcome``."""
+        t0 = time.perf_counter()
+        try:
+            verdict = fuzz.against_builtin(program, path, strategies)
+        except fuzz.EagerError:
+            self.eager_errors += 1
+            return [f"{path} eager error"]
+        seconds = (time.perf_counter() - t0) / (len(strategies) + 1)
+        self.allocated.setdefault(index, {})[path] = dict(verdict.allocated)
+        st = self.stats[f"{fuzz.BUILTIN}/{path}"]
+        st["checks"] += 1
+        st["time"] += seconds
+        st[verdict.builtin] = st.get(verdict.builtin, 0) + 1  # right / wrong / fails
+        line = [f"{fuzz.BUILTIN}/{path} {verdict.builtin}"]
+        for strategy in strategies:
+            key = f"{strategy}/{path}"
+            st = self.stats[key]
+            st["checks"] += 1
+            st["time"] += seconds
+            outcome = verdict.outcome(strategy)
+            if outcome != "ok":
+                st[outcome] = st.get(outcome, 0) + 1
+            line.append(f"{key} {outcome}")
+            if outcome == "limitation":
+                st["limitations"] += 1
+                continue
+            failure = verdict.failure(strategy)
+            if failure is None:
+                continue
+            st["bugs"] += 1
+            self.failed.append(
+                f"{program.origin} {key}: {failure.kind} ({outcome}): {failure.message[:120]}"
+            )
+            self.log(f"FAIL {program.origin} {key}: {failure.kind} ({outcome}): "
+                     f"{failure.message[:160]}")
+            self.save(failure)
+        return line
 
     def run_one(self, program: fuzz.FuzzProgram, strategy: str, path: str) -> str:
         key = f"{strategy}/{path}"
@@ -111,7 +168,7 @@ class Sweep:
             f = fuzz.write_repro(failure, args.out)
             self.repros.setdefault(str(f), f"{key} {failure.kind}: {failure.message[:100]}")
             return
-        sig = (failure.strategy, failure.path, failure.signature)
+        sig = (failure.strategy, failure.path, failure.signature, failure.builtin)
         limit = args.shrink_limit_mismatch if failure.kind == "mismatch" else args.shrink_limit
         if self.shrunk[sig] >= limit:
             return  # counted, not shrunk again
@@ -125,9 +182,16 @@ class Sweep:
             if failure.path not in paths:
                 paths.append(failure.path)
             tri = fuzz.triage(small.program, paths=paths)
+            if small.path in _against(args):
+                verdict = fuzz.against_builtin(small.program, small.path, [small.strategy])
+                small.builtin, small.allocated = verdict.builtin, dict(verdict.allocated)
+                tri[f"bytes/{small.path}"] = ", ".join(
+                    f"{k} {v} B" for k, v in sorted(verdict.allocated.items())
+                )
         f = fuzz.write_repro(small, args.out, tri)
         seen = str(f) in self.repros
         self.repros.setdefault(str(f), f"{key} {small.kind}: {small.message[:100]}")
+        self.shrunk_rows.append(_shrunk_row(failure, small, f))
         self.log(f"     shrunk {len(failure.program.stmts)} -> {len(small.program.stmts)} "
                  f"statements in {time.perf_counter() - t0:.1f}s -> {f}"
                  + (" (seen before)" if seen else ""))
@@ -150,8 +214,16 @@ class Sweep:
               f"{time.time() - self.start:.0f}s total")
         for key, st in sorted(self.stats.items()):
             n = st["checks"]
+            if key.startswith(f"{fuzz.BUILTIN}/"):
+                print(f"  {key:20s} {n:5d} checks  {st['time'] / max(n, 1):6.2f}s/check  "
+                      + "  ".join(f"{st.get(k, 0)} {k}" for k in ("right", "wrong", "fails")))
+                continue
+            sorted_ = "".join(
+                f"  {st[k]} {k}" for k in fuzz.OUTCOMES if k not in ("ok", "limitation") and k in st
+            )
             print(f"  {key:20s} {n:5d} checks  {st['time'] / max(n, 1):6.2f}s/check  "
-                  f"{st['bugs']:3d} failures  {st['limitations']:3d} PyTorch limitations")
+                  f"{st['bugs']:3d} failures  {st['limitations']:3d} PyTorch limitations"
+                  + sorted_)
         if self.eager_errors:
             print(f"  {self.eager_errors} programs raised in eager (skipped)")
         if self.repros:
@@ -187,9 +259,31 @@ class Sweep:
             "stats": {k: dict(v) for k, v in sorted(self.stats.items())},
             "failures": self.failed,
             "reproducers": self.repros,
+            "shrunk": self.shrunk_rows,
+            "against_builtin": args.against_builtin,
+            "allocated": {str(k): v for k, v in sorted(self.allocated.items())},
         }
         with open(path, "w") as f:
             json.dump(summary, f, indent=1)
+
+
+def _against(args: argparse.Namespace) -> list[str]:
+    return [p for p in args.against_builtin.split(",") if p]
+
+
+def _shrunk_row(found: fuzz.Failure, small: fuzz.Failure, repro) -> dict:
+    """What the JSON (and a findings list) keeps of one shrunk failure."""
+    return {
+        "origin": found.program.origin,
+        "strategy": small.strategy,
+        "path": small.path,
+        "kind": small.kind,
+        "builtin": small.builtin,
+        "message": small.message,
+        "allocated": small.allocated,
+        "source": small.program.full_source(),
+        "repro": str(repro),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,16 +305,22 @@ def main(argv: list[str] | None = None) -> int:
     except TypeError as e:
         ap.error(f"--features: {e}")
 
+    against = _against(args)
+    for p in against:
+        if p not in fuzz.PATHS:
+            ap.error(f"--against-builtin: unknown path {p!r}")
     sweep = Sweep(args)
     try:
         for k, index in enumerate(range(args.start, args.start + args.count)):
             program = fuzz.program_for(args.seed, index, args.size, features)
-            line = [
-                sweep.run_one(program, strategy, path)
-                for path in paths
-                if not (path in limits and k >= limits[path])
-                for strategy in strategies
-            ]
+            line: list[str] = []
+            for path in paths:
+                if path in limits and k >= limits[path]:
+                    continue
+                if path in against:
+                    line += sweep.run_against_builtin(program, index, path, strategies)
+                else:
+                    line += [sweep.run_one(program, strategy, path) for strategy in strategies]
             sweep.progress(k, program, line)
     except KeyboardInterrupt:
         sweep.log("interrupted")

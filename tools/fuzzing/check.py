@@ -35,10 +35,17 @@ class Failure:
     program: FuzzProgram
     strategy: str
     path: str
-    kind: str  # "mismatch" | "exception" | "report" | "limitation" (see LIMITATIONS)
+    # "mismatch" | "exception" | "report" | "limitation" (see LIMITATIONS) | "bytes" (autofunc
+    # v2 allocates more than the built-in v2, both right: ``builtin.check_bytes``)
+    kind: str
     message: str  # one line
     detail: str = ""  # the differing values, or the traceback's tail
     graphs: str = ""  # capture path: the functional and re-inplaced forward graphs
+    # the same program under PyTorch's built-in v2 where it was run (``builtin.against_builtin``):
+    # "right", "wrong" (a mismatch) or "fails" (raises); "" not run
+    builtin: str = ""
+    # bytes the compiled call allocates per strategy, where measured
+    allocated: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def is_bug(self) -> bool:
@@ -47,7 +54,7 @@ class Failure:
     @property
     def signature(self) -> tuple:
         """What "fails the same way" means while shrinking."""
-        if self.kind in ("mismatch", "report"):
+        if self.kind in ("mismatch", "report", "bytes"):
             return (self.kind,)
         exc, _, msg = self.message.partition(": ")
         msg = re.sub(r"\d+", "N", msg)[:60]
@@ -121,11 +128,27 @@ class _PyTorchNodes:
         self._patch.__exit__(None, None, None)
 
 
+class _BuiltinVersion:
+    """PyTorch's own handling with its v1 or v2 node (``builtin_v1``, ``builtin_v2``, as
+    ``tools.compare``'s configurations choose them); ``remove()`` restores the setting."""
+
+    def __init__(self, version: str) -> None:
+        import torch._inductor.config as inductor_config
+
+        self._patch = inductor_config.patch(enable_auto_functionalized_v2=version == "v2")
+        self._patch.__enter__()
+
+    def remove(self) -> None:
+        self._patch.__exit__(None, None, None)
+
+
 def register_strategy(strategy: str) -> list:
     """Route the fuzz ops to ``strategy`` (``builtin``, ``v1``, ``v2``, ``pytorch_v1``, ...);
     call ``remove()`` on each returned object to undo."""
     if strategy == "builtin":
         return []
+    if strategy in ("builtin_v1", "builtin_v2"):
+        return [_BuiltinVersion(strategy[-2:])]
     if strategy.startswith("pytorch_"):  # pytorch_v1, pytorch_v2; _off: no adapters
         version, _, off = strategy[len("pytorch_"):].partition("_")
         return [_PyTorchNodes(version, on=not off)]
@@ -183,9 +206,13 @@ def _outside_storage(program: FuzzProgram, got: tuple) -> tuple[str, str] | None
     return None
 
 
-def check(program: FuzzProgram, strategy: str, path: str) -> Failure | None:
+def check(
+    program: FuzzProgram, strategy: str, path: str, allocated: dict[str, int] | None = None
+) -> Failure | None:
     """Compile ``program`` on ``path`` with the fuzz ops registered with ``strategy`` and compare
-    with eager: the outputs, and the final values of the inputs.
+    with eager: the outputs, and the final values of the inputs. Where ``allocated`` is given,
+    ``allocated[strategy]`` receives the bytes a second call of the compiled program allocates
+    (on fresh inputs; ``_allocated``), whatever its result.
 
     An exception that PyTorch's own handling raises too, word for word up to numbers, on the
     same path is a PyTorch limitation, not an autofunc bug (seed 20261245 #192: AOTAutograd
@@ -196,7 +223,7 @@ def check(program: FuzzProgram, strategy: str, path: str) -> Failure | None:
     Raises:
         EagerError: the program raises in eager (regenerate it; not a finding).
     """
-    failure = _check_once(program, strategy, path)
+    failure = _check_once(program, strategy, path, allocated=allocated)
     if failure is not None and strategy.startswith("pytorch_"):
         # PyTorch's v1 node is wrong by itself where mutable arguments share memory (each is
         # cloned alone; Note [PyTorch's nodes as mutations] in autofunc/hops/pytorch_nodes.py).
@@ -252,11 +279,24 @@ def _run_compiled(program: FuzzProgram, strategy: str, path: str) -> tuple[Any, 
         torch._dynamo.reset()
 
 
+def _allocated(compiled: Callable, make_inputs: Callable[[], tuple]) -> int:
+    """Bytes one call of the (compiled, warm) program allocates, on fresh inputs: the one
+    measurement ``tools.compare`` makes (``autofunc.bench.measure.measure_memory``)."""
+    from autofunc.bench.measure import measure_memory
+
+    fresh = make_inputs()
+    return measure_memory(lambda: compiled(*fresh)).allocated
+
+
 def _check_once(
-    program: FuzzProgram, strategy: str, path: str, oracle: tuple | None = None
+    program: FuzzProgram,
+    strategy: str,
+    path: str,
+    oracle: tuple | None = None,
+    allocated: dict[str, int] | None = None,
 ) -> Failure | None:
     """One compile of ``program`` against eager, or against ``oracle`` (outputs, final
-    inputs) where given."""
+    inputs) where given; ``allocated`` as for :func:`check`."""
     from autofunc.testing import same_result
 
     expected, eager_inputs = program.run_eager() if oracle is None else oracle
@@ -276,6 +316,8 @@ def _check_once(
         try:
             compiled, captured = _compile(prog, path, own)
             got = compiled(*inputs)
+            if allocated is not None:
+                allocated[strategy] = _allocated(compiled, make_inputs)
         except Exception as e:  # noqa: BLE001
             root = _root_exception(e)
             first = (str(root).strip().splitlines() or [""])[0]

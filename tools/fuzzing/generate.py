@@ -134,9 +134,19 @@ class _Gen(_Views):
         ops, weights = ["m1", "m2", "m3", "mopt", "m3way", "mret", "mlate"], [3, 3, 2, 1, 2, 2, 1]
         if self.features.regions:
             ops, weights = [*ops, "region"], [*weights, 4]
+        if self.features.late_reads:
+            ops, weights = [*ops, "over"], [*weights, 10]
+        if self.features.cache_ops:
+            ops, weights = [*ops, "mcache", "mlist", "moptr"], [*weights, 3, 2, 1]
         op = rng.choices(ops, weights=weights)[0]
         if op == "region":
             return self._region()
+        if op == "over":
+            return self._over_call()
+        if op == "mcache":
+            return self._cache()
+        if op in ("mlist", "moptr"):
+            return self._read_list(op)
         y = self._pick(self.order)
         if op in ("m1", "mret", "mopt", "mlate"):
             x = self._pick_mut([])
@@ -167,6 +177,118 @@ class _Gen(_Views):
         args = picked + ([y] if op == "m2" else [])
         return self._try(f"ops.{op}({', '.join(args)})", (), "call")
 
+    # -- what serving and training code passes (Features.late_reads, cache_ops) ---------------
+
+    def _over(self, x: str) -> str:
+        """A read argument over ``x``'s memory: ``x`` itself, a variable overlapping it (its
+        base, a view of it), or an inline transpose/permute/view/dtype view of one of those."""
+        rng = self.rng
+        near = [v for v in self.order if v != x and self._overlaps(v, x)]
+        base = x if not near or rng.random() < 0.5 else self._pick(near)
+        t = self.t(base)
+        forms = ["itself", "itself", "view", "flat", "int64"]
+        if t.dim() >= 2:
+            forms += ["transpose", "transpose", "permute"]
+        if t.dim() >= 1 and t.stride(-1) == 1 and t.shape[-1] % 2 == 0:
+            forms.append("int32")
+        form = rng.choice(forms)
+        if form == "transpose":
+            d1, d2 = rng.sample(range(t.dim()), 2)
+            expr = f"{base}.t()" if t.dim() == 2 else f"{base}.transpose({d1}, {d2})"
+        elif form == "permute":
+            perm = list(range(t.dim()))
+            while perm == sorted(perm):
+                rng.shuffle(perm)
+            expr = f"{base}.permute({', '.join(map(str, perm))})"
+        elif form == "view":
+            new = self._reshape_target(list(t.shape))
+            expr = base if new is None else f"{base}.view{_shape(new)}"
+        elif form == "flat":
+            expr = f"{base}.flatten()"
+        elif form in ("int64", "int32"):
+            expr = f"{base}.view(torch.{form})"
+        else:
+            expr = base
+        try:  # views only: evaluating one changes nothing
+            eval(expr, self.env)
+        except Exception:  # noqa: BLE001 - not a valid view of this layout: the tensor itself
+            expr = base
+        return expr
+
+    def _over_call(self) -> bool:
+        """A registered op given a read argument over the memory it writes (``op(x, x.t())``,
+        ``mlret(x.view(4, 8), x)``), ops that read after they write among them."""
+        rng = self.rng
+        op = rng.choice(["mlate", "mlate2", "mlret", "mlret", "m1", "mret", "m2"])
+        x = self._pick_mut([])
+        y = self._over(x)
+        if op == "m2":
+            b = self._pick_mut([x])
+            return self._try(f"ops.m2({x}, {b}, {y})", (), "call")
+        if op in ("mret", "mlret"):
+            name = self._fresh("o")
+            return self._try(f"{name} = ops.{op}({x}, {y})", (name,), "buffer")
+        return self._try(f"ops.{op}({x}, {y})", (), "call")
+
+    def _cache(self) -> bool:
+        """``ops.mcache(cache, rows, torch.tensor([...]))``: ``index_put_`` of rows into distinct
+        slots of a cache; rows of the slots' shape where one exists (the cache's own rows
+        among them), else any tensor (the op writes its mean)."""
+        rng = self.rng
+        pool = [v for v in self._mutable(call=True) if self.t(v).dim() >= 1]
+        if not pool:
+            return False
+        cache = self._pick(pool)
+        shape = list(self.t(cache).shape)
+        n = shape[0]
+        k = rng.randint(1, min(n, 3))
+        slots = [i - n if rng.random() < 0.2 else i for i in rng.sample(range(n), k)]
+        fits = [v for v in self.order if list(self.t(v).shape) == [k, *shape[1:]]]
+        if rng.random() < 0.3:
+            start = rng.randint(0, n - k)
+            rows = f"{cache}[{start}:{start + k}]"
+        elif fits and rng.random() < 0.7:
+            rows = self._pick(fits)
+        else:
+            rows = self._pick(self.order)
+        return self._try(f"ops.mcache({cache}, {rows}, torch.tensor({slots}))", (), "call")
+
+    def _read_list(self, op: str) -> bool:
+        """``ops.mlist(x, [y, ...])`` or ``ops.moptr(x, y | None)``, reads over ``x`` too."""
+        rng = self.rng
+        x = self._pick_mut([])
+        reads = [
+            self._over(x) if rng.random() < 0.4 else self._pick(self.order)
+            for _ in range(rng.choice([0, 1, 2, 3]) if op == "mlist" else 1)
+        ]
+        if op == "moptr":
+            arg = "None" if rng.random() < 0.3 else reads[0]
+            return self._try(f"ops.moptr({x}, {arg})", (), "call")
+        return self._try(f"ops.mlist({x}, [{', '.join(reads)}])", (), "call")
+
+    def _returned_views(self, returns: list[str]) -> None:
+        """Views of buffers the calls used, made after them and returned (Features.
+        returned_views); sometimes read as well."""
+        rng = self.rng
+        for _ in range(rng.choice([0, 1, 1, 2])):
+            used = [v for v in dict.fromkeys(self.called) if v in self.env]
+            if not used:
+                return
+            src = self._pick(used)
+            if not self._view(src):
+                continue
+            view = self.order[-1]
+            if rng.random() < 0.3:
+                self._read_of(view)
+            if view not in returns:
+                returns.append(view)
+            if rng.random() < 0.3 and src not in returns:
+                returns.append(src)
+
+    def _read_of(self, src: str) -> bool:
+        name = self._fresh("r")
+        return self._try(f"{name} = {src}.sum() * 0.5", (name,), "read")
+
     # -- driver --------------------------------------------------------------------------------
 
     def run(self) -> FuzzProgram:
@@ -191,6 +313,8 @@ class _Gen(_Views):
             v = rng.choices(tensors, weights=weights)[0]
             if v not in returns:
                 returns.append(v)
+        if self.features.returned_views:
+            self._returned_views(returns)
         return self._program(returns)
 
 

@@ -11,22 +11,32 @@ PATHS = ("aot_eager", "capture", "inductor")
 # "builtin" leaves the ops to PyTorch's own auto_functionalized handling (for triage).
 # v1/v2: the fuzz ops registered with autofunc; builtin: PyTorch's handling; pytorch_v1/_v2:
 # PyTorch's own nodes (its v1 or v2) decided by autofunc's pass (reinplace_pytorch_nodes)
-STRATEGIES = ("v1", "v2", "builtin", "pytorch_v1", "pytorch_v2")
+# builtin_v1/_v2: PyTorch's handling with its v1 or v2 node chosen (Inductor's
+# ``enable_auto_functionalized_v2``; "builtin" keeps the setting as it is, v2 on torch 2.13).
+STRATEGIES = ("v1", "v2", "builtin", "builtin_v1", "builtin_v2", "pytorch_v1", "pytorch_v2")
 
 # Contractions (|factor| <= 1) and means keep values bounded however many calls a program makes.
+
+
+def _mean(y: torch.Tensor) -> torch.Tensor:
+    """``y.mean()``; an integer ``y`` (a dtype view of a float64 tensor, Features.late_reads)
+    as the mean of its residues mod 1000, scaled to [0, 1)."""
+    if y.is_floating_point():
+        return y.mean()
+    return ((y % 1000).to(torch.float64) / 1000).mean()
 
 
 @torch.library.custom_op(f"{_NS}::m1", mutates_args={"x"})
 def m1(x: torch.Tensor, y: torch.Tensor) -> None:
     """x = x * 0.5 + mean(y) + 1"""
-    s = y.mean()
+    s = _mean(y)
     x.mul_(0.5).add_(s + 1)
 
 
 @torch.library.custom_op(f"{_NS}::m2", mutates_args={"a", "b"})
 def m2(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
     """a = a * 0.5 + mean(c); then b = -0.75 * b + mean(new a) (order-sensitive when a, b alias)"""
-    s = c.mean()
+    s = _mean(c)
     a.mul_(0.5).add_(s)
     b.mul_(-0.75).add_(a.mean())
 
@@ -34,7 +44,7 @@ def m2(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
 @torch.library.custom_op(f"{_NS}::m3", mutates_args={"xs"})
 def m3(xs: list[torch.Tensor], y: torch.Tensor) -> None:
     """for i, x in xs: x = -0.5 * x + s + i; s = 0.5 * s + mean(new x); starting at s = mean(y)"""
-    s = y.mean()
+    s = _mean(y)
     for i, x in enumerate(xs):
         x.mul_(-0.5).add_(s + i)
         s = s * 0.5 + x.mean()
@@ -43,7 +53,7 @@ def m3(xs: list[torch.Tensor], y: torch.Tensor) -> None:
 @torch.library.custom_op(f"{_NS}::mopt", mutates_args={"x"})
 def mopt(x: torch.Tensor | None, y: torch.Tensor) -> None:
     """x = 0.25 * x + mean(y) - 1 when x is given"""
-    s = y.mean()
+    s = _mean(y)
     if x is not None:
         x.mul_(0.25).add_(s - 1)
 
@@ -59,7 +69,7 @@ def m3way(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
 @torch.library.custom_op(f"{_NS}::mret", mutates_args={"x"})
 def mret(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """x = 0.5 x - mean(y); returns a fresh contiguous 3 * new x + mean(y)"""
-    s = y.mean()
+    s = _mean(y)
     x.mul_(0.5).sub_(s)
     return (x * 3 + s).contiguous()
 
@@ -71,13 +81,69 @@ def _(x, y):
 
 @torch.library.custom_op(f"{_NS}::mlate", mutates_args={"x"})
 def mlate(x: torch.Tensor, y: torch.Tensor) -> None:
-    """x = 0.5 x, *then* x += mean(y): reads y after writing x (the generator keeps y disjoint
-    from x, so a compiled program that makes them share memory shows up)"""
+    """x = 0.5 x, *then* x += mean(y): reads y after writing x (without Features.late_reads
+    the generator keeps y disjoint from x, so a compiled program that makes them share memory
+    shows up; with it, y may cover x's memory, and eager sees the new values)"""
     x.mul_(0.5)
-    x.add_(y.mean())
+    x.add_(_mean(y))
 
 
-OPS = (m1, m2, m3, mopt, m3way, mret, mlate)
+def _values(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """What an op takes from its read argument ``y`` for ``like``: ``y``'s elements (a copy, in
+    ``like``'s shape) where the counts agree, else their mean; an integer ``y`` (a dtype view of
+    a float64 tensor) as its residues mod 1000, scaled to [0, 1)."""
+    if not y.is_floating_point():
+        y = (y % 1000).to(like.dtype) / 1000
+    if y.numel() == like.numel():
+        return y.reshape(like.shape).to(like.dtype).clone()
+    return y.mean().to(like.dtype).expand(like.shape)
+
+
+@torch.library.custom_op(f"{_NS}::mlate2", mutates_args={"dst"})
+def mlate2(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """dst = 0.5 dst, *then* dst += 0.5 src (elementwise where the counts agree, else its mean):
+    reads src after writing dst; the generator gives it sources over dst's memory (Features.
+    late_reads), where eager sees the new values."""
+    dst.mul_(0.5)
+    dst.add_(_values(src, dst) * 0.5)
+
+
+@torch.library.custom_op(f"{_NS}::mlret", mutates_args={"x"})
+def mlret(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x = 0.5 x - 1, *then* returns a fresh 2 * y + mean(new x), y read after the write"""
+    x.mul_(0.5).sub_(1)
+    return (_values(y, x.new_empty(y.shape)) * 2 + x.mean()).contiguous()
+
+
+@mlret.register_fake
+def _(x, y):
+    return y.new_empty(y.shape, dtype=x.dtype)
+
+
+@torch.library.custom_op(f"{_NS}::mcache", mutates_args={"cache"})
+def mcache(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor) -> None:
+    """cache[index] = rows (``index_put_``, a KV-cache write; rows of another shape: their mean
+    + 1): reads rows before writing, only the indexed slots change"""
+    target = cache[index]
+    new = _values(rows, target) if rows.shape == target.shape else _values(rows, target) + 1
+    cache.index_put_((index,), new)
+
+
+@torch.library.custom_op(f"{_NS}::mlist", mutates_args={"x"})
+def mlist(x: torch.Tensor, ys: list[torch.Tensor]) -> None:
+    """x = 0.5 x + 0.25 sum(mean(y) for y in ys), the ys read before the write"""
+    s = sum((_values(y, x.new_empty(())) for y in ys), x.new_zeros(()))
+    x.mul_(0.5).add_(s * 0.25)
+
+
+@torch.library.custom_op(f"{_NS}::moptr", mutates_args={"x"})
+def moptr(x: torch.Tensor, y: torch.Tensor | None) -> None:
+    """x = 0.5 x + (mean(y) when y is given, else 1), y read before the write"""
+    s = x.new_ones(()) if y is None else _values(y, x.new_empty(()))
+    x.mul_(0.5).add_(s)
+
+
+OPS = (m1, m2, m3, mopt, m3way, mret, mlate, mlate2, mlret, mcache, mlist, moptr)
 OP_NAMES = tuple(op._qualname for op in OPS)
 
 

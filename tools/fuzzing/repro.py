@@ -15,7 +15,7 @@ _REPRO = '''\
 
 strategy={strategy!r} path={path!r}: {kind}: {message}
 {detail}
-{triage}
+{triage}{builtin}
 Run: PYTHONPATH={root} python {filename}   (or pytest {filename}, same PYTHONPATH)
 """
 
@@ -68,11 +68,38 @@ def test_repro():
     if captured is not None and captured.reports:  # the report counts every copy
         check_report_copies(captured, own)
 
-
+{bytes_test}
 if __name__ == "__main__":
     test_repro()
-    print("passed")
+{bytes_call}    print("passed")
 {graphs}'''
+
+# A ``bytes`` failure: both configurations right, autofunc's allocating more.
+_BYTES_TEST = '''
+
+def _allocated(strategy):
+    """Bytes one warm compiled call allocates under ``strategy`` (tools.compare's measure)."""
+    from autofunc.bench.measure import measure_memory
+
+    torch._dynamo.reset()
+    regs = fuzz.register_strategy(strategy)
+    try:
+        with torch._functorch.config.patch(enable_autograd_cache=False), \\
+                torch._inductor.config.patch(fx_graph_cache=False):
+            compiled, _ = _compile(prog, [])
+            compiled(*make_inputs())
+            fresh = make_inputs()
+            return measure_memory(lambda: compiled(*fresh)).allocated
+    finally:
+        for r in regs:
+            r.remove()
+        torch._dynamo.reset()
+
+
+def test_bytes():
+    ours, builtin = _allocated(STRATEGY), _allocated("builtin_v2")
+    assert ours <= builtin, f"autofunc {{STRATEGY}} allocates {{ours}} B, the built-in v2 {{builtin}} B"
+'''
 
 
 def _repro_name(failure: Failure) -> str:
@@ -87,7 +114,7 @@ def repro_source(failure: Failure, triage_result: dict[str, str] | None = None) 
         rows = "\n".join(f"  {k}: {v}" for k, v in triage_result.items())
         tri = f"Same program elsewhere:\n{rows}\n"
     detail = failure.detail if failure.kind == "mismatch" else failure.detail.split("\n", 1)[0]
-    if not detail.startswith(("raised at", "output", "input")):
+    if not detail.startswith(("raised at", "output", "input", "bytes allocated")):
         detail = ""
     graphs = ""
     if failure.graphs:
@@ -100,10 +127,13 @@ def repro_source(failure: Failure, triage_result: dict[str, str] | None = None) 
         message=failure.message.replace('"""', "'''"),
         detail=detail.replace('"""', "'''").replace("\\", "\\\\"),
         triage=tri,
+        builtin=f"PyTorch's built-in v2 on it: {failure.builtin}\n" if failure.builtin else "",
         filename=name,
         program=failure.program.full_source(),
         graphs=graphs,
         root=_ROOT,
+        bytes_test=_BYTES_TEST.format() if failure.kind == "bytes" else "",
+        bytes_call="    test_bytes()\n" if failure.kind == "bytes" else "",
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from .builtin import check_bytes
 from .check import Failure, check
 from .program import _F64, _NAME, EagerError, FuzzProgram
 from .state import _dims
@@ -112,9 +113,14 @@ def shrink_failure(failure: Failure, *, max_checks: int = 400, log=None) -> Fail
     """The smallest program found that still fails like ``failure``, with its failure."""
     last = {"f": failure}
 
+    def again(p: FuzzProgram) -> Failure | None:
+        if failure.kind == "bytes":
+            return check_bytes(p, failure.path, failure.strategy)
+        return check(p, failure.strategy, failure.path)
+
     def still_fails(p: FuzzProgram) -> bool:
         try:
-            f = check(p, failure.strategy, failure.path)
+            f = again(p)
         except EagerError:
             return False
         if f is not None and f.signature == failure.signature:
@@ -124,7 +130,7 @@ def shrink_failure(failure: Failure, *, max_checks: int = 400, log=None) -> Fail
 
     small = shrink(failure.program, still_fails, max_checks=max_checks, log=log)
     f = last["f"]
-    return f if f.program == small else (check(small, failure.strategy, failure.path) or f)
+    return f if f.program == small else (again(small) or f)
 
 
 def triage(
@@ -132,7 +138,8 @@ def triage(
     paths: Sequence[str] = ("aot_eager", "capture"),
     strategies: Sequence[str] = ("v1", "v2", "builtin"),
 ) -> dict[str, str]:
-    """``"strategy/path" -> "ok" | the failure line`` on the given combinations."""
+    """``"strategy/path" -> "ok" | the failure line`` on the given combinations (each a
+    correctness check; a ``bytes`` failure's numbers are in the failure itself)."""
     out = {}
     for s in strategies:
         for p in paths:

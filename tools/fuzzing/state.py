@@ -71,6 +71,18 @@ class Features:
     # by default: PyTorch's own handling fails to compile such programs, and drawing them
     # changes every program of a seed.
     regions: bool = False
+    # What serving and training code passes, drawn on top of the rest (each changes what a
+    # seed draws; all three off, a seed draws the programs it drew before they existed):
+    # ``late_reads``: calls whose read argument covers the memory they write, in any geometry
+    # (the written tensor itself, its base, or an inline transpose/permute/view/int64-or-int32
+    # dtype view of either), also given to ops that read after they write (``mlate``,
+    # ``mlate2``, ``mlret``), where eager sees the new values;
+    late_reads: bool = True
+    # ``cache_ops``: ``index_put_`` into a cache (``mcache``, rows possibly of the cache itself),
+    # list and optional read arguments (``mlist``, ``moptr``);
+    cache_ops: bool = True
+    # ``returned_views``: views of buffers the calls used, made after them and returned.
+    returned_views: bool = True
 
 
 class _State:
@@ -92,6 +104,7 @@ class _State:
         self.order: list[str] = []  # tensor vars in definition order
         self.strided: set[str] = set()  # views that went through as_strided
         self.unfolded: set[str] = set()  # views that went through unfold
+        self.called: list[str] = []  # variables a registered op was given (returned_views)
 
     # -- simulation ----------------------------------------------------------------------------
 
@@ -138,6 +151,8 @@ class _State:
             self._replay()
             return False
         self.stmts.append(Stmt(text, defs, kind, src))
+        if "ops." in text:
+            self.called += [v for v in Stmt(text, defs, kind).uses(set(self.order))]
         for d in defs:
             if self._owner(self.env[d]) is not None:
                 self.kind[d] = "view"

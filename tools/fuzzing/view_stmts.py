@@ -11,11 +11,13 @@ from .state import _elems, _geom_elems, _shape, _State
 class _Views(_State):
     """Statement makers that define a new view of an existing variable."""
 
-    def _view(self) -> bool:
+    def _view(self, src: str | None = None) -> bool:
+        """A view statement of ``src`` (default: a variable drawn, views first)."""
         rng = self.rng
-        views = [v for v in self.order if self.kind[v] in ("view",)]
-        cands = list(self.order)
-        src = self._pick(views) if views and rng.random() < 0.5 else self._pick(cands)
+        if src is None:
+            views = [v for v in self.order if self.kind[v] in ("view",)]
+            cands = list(self.order)
+            src = self._pick(views) if views and rng.random() < 0.5 else self._pick(cands)
         t = self.t(src)
         d = t.dim()
         name = self._fresh("v")
