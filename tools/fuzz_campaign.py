@@ -28,6 +28,8 @@ def _run(args: argparse.Namespace, start: int, count: int, out: Path) -> tuple[i
         "--count", str(count), "--paths", args.paths, "--strategies", args.strategies,
         "--out", args.out, "--json", str(out),
         "--against-builtin", args.against_builtin, "--shrink-checks", str(args.shrink_checks),
+        "--shrink-limit", str(args.shrink_limit),
+        "--shrink-limit-mismatch", str(args.shrink_limit_mismatch),
     ] + (["--no-shrink"] if args.no_shrink else []) + (
         ["--features", args.features] if args.features else []
     )
@@ -53,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="passed to tools.fuzz_sweep --against-builtin")
     ap.add_argument("--shrink-checks", type=int, default=300,
                     help="passed to tools.fuzz_sweep --shrink-checks")
+    ap.add_argument("--shrink-limit", type=int, default=3,
+                    help="passed to tools.fuzz_sweep --shrink-limit (per chunk)")
+    ap.add_argument("--shrink-limit-mismatch", type=int, default=10,
+                    help="passed to tools.fuzz_sweep --shrink-limit-mismatch (per chunk)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
 

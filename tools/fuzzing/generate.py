@@ -134,7 +134,7 @@ class _Gen(_Views):
         ops, weights = ["m1", "m2", "m3", "mopt", "m3way", "mret", "mlate"], [3, 3, 2, 1, 2, 2, 1]
         if self.features.regions:
             ops, weights = [*ops, "region"], [*weights, 4]
-        if self.features.late_reads:
+        if self.features.over_reads or self.features.late_reads:
             ops, weights = [*ops, "over"], [*weights, 10]
         if self.features.cache_ops:
             ops, weights = [*ops, "mcache", "mlist", "moptr"], [*weights, 3, 2, 1]
@@ -177,7 +177,7 @@ class _Gen(_Views):
         args = picked + ([y] if op == "m2" else [])
         return self._try(f"ops.{op}({', '.join(args)})", (), "call")
 
-    # -- what serving and training code passes (Features.late_reads, cache_ops) ---------------
+    # -- what serving and training code passes (Features.over_reads, late_reads, cache_ops) ----
 
     def _over(self, x: str) -> str:
         """A read argument over ``x``'s memory: ``x`` itself, a variable overlapping it (its
@@ -219,7 +219,9 @@ class _Gen(_Views):
         """A registered op given a read argument over the memory it writes (``op(x, x.t())``,
         ``mlret(x.view(4, 8), x)``), ops that read after they write among them."""
         rng = self.rng
-        op = rng.choice(["mlate", "mlate2", "mlret", "mlret", "m1", "mret", "m2"])
+        ops = ["m1", "mret", "m2"] if self.features.over_reads else []
+        ops += ["mlate", "mlate2", "mlret", "mlret"] if self.features.late_reads else []
+        op = rng.choice(ops)
         x = self._pick_mut([])
         y = self._over(x)
         if op == "m2":
@@ -244,7 +246,7 @@ class _Gen(_Views):
         k = rng.randint(1, min(n, 3))
         slots = [i - n if rng.random() < 0.2 else i for i in rng.sample(range(n), k)]
         fits = [v for v in self.order if list(self.t(v).shape) == [k, *shape[1:]]]
-        if rng.random() < 0.3:
+        if rng.random() < 0.3 and self.features.over_reads:
             start = rng.randint(0, n - k)
             rows = f"{cache}[{start}:{start + k}]"
         elif fits and rng.random() < 0.7:
@@ -258,7 +260,8 @@ class _Gen(_Views):
         rng = self.rng
         x = self._pick_mut([])
         reads = [
-            self._over(x) if rng.random() < 0.4 else self._pick(self.order)
+            self._over(x) if rng.random() < 0.4 and self.features.over_reads
+            else self._pick(self.order)
             for _ in range(rng.choice([0, 1, 2, 3]) if op == "mlist" else 1)
         ]
         if op == "moptr":

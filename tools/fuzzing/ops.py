@@ -19,7 +19,7 @@ STRATEGIES = ("v1", "v2", "builtin", "builtin_v1", "builtin_v2", "pytorch_v1", "
 
 
 def _mean(y: torch.Tensor) -> torch.Tensor:
-    """``y.mean()``; an integer ``y`` (a dtype view of a float64 tensor, Features.late_reads)
+    """``y.mean()``; an integer ``y`` (a dtype view of a float64 tensor, Features.over_reads)
     as the mean of its residues mod 1000, scaled to [0, 1)."""
     if y.is_floating_point():
         return y.mean()

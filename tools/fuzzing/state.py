@@ -72,10 +72,13 @@ class Features:
     # changes every program of a seed.
     regions: bool = False
     # What serving and training code passes, drawn on top of the rest (each changes what a
-    # seed draws; all three off, a seed draws the programs it drew before they existed):
-    # ``late_reads``: calls whose read argument covers the memory they write, in any geometry
+    # seed draws; all four off, a seed draws the programs it drew before they existed):
+    # ``over_reads``: calls whose read argument covers the memory they write, in any geometry
     # (the written tensor itself, its base, or an inline transpose/permute/view/int64-or-int32
-    # dtype view of either), also given to ops that read after they write (``mlate``,
+    # dtype view of either: ``op(x, x)``, ``op(v, x)`` for ``v = x.t()``), the op reading it
+    # before it writes;
+    over_reads: bool = True
+    # ``late_reads``: such read arguments given to ops that read *after* they write (``mlate``,
     # ``mlate2``, ``mlret``), where eager sees the new values;
     late_reads: bool = True
     # ``cache_ops``: ``index_put_`` into a cache (``mcache``, rows possibly of the cache itself),
