@@ -31,7 +31,7 @@ def _run(args: argparse.Namespace, start: int, count: int, out: Path) -> tuple[i
         "--shrink-limit", str(args.shrink_limit),
         "--shrink-limit-mismatch", str(args.shrink_limit_mismatch),
     ] + (["--no-shrink"] if args.no_shrink else []) + (
-        ["--features", args.features] if args.features else []
+        [f"--features={args.features}"] if args.features else []  # "-name" is not an option
     )
     rc = subprocess.run(cmd, stdout=subprocess.DEVNULL if args.quiet else None).returncode
     data = json.loads(out.read_text()) if out.exists() else None
