@@ -98,7 +98,7 @@ def _allocated(strategy):
 
 def test_bytes():
     ours, builtin = _allocated(STRATEGY), _allocated("builtin_v2")
-    assert ours <= builtin, f"autofunc {{STRATEGY}} allocates {{ours}} B, the built-in v2 {{builtin}} B"
+    assert ours <= builtin, f"autofunc {{STRATEGY}}: {{ours}} B, the built-in v2: {{builtin}} B"
 '''
 
 
