@@ -3,7 +3,8 @@
     python -m tools.fuzz_sweep --seed 0 --count 500 --paths capture,inductor \\
         --strategies v1,v2 --out fuzz-failures/ --max-per-path inductor=20
 
-Every failure is shrunk to a minimal program (up to --shrink-limit per kind of failure),
+Every failure is shrunk to a minimal program (up to --shrink-limit per kind of failure; the
+rest are saved as found),
 triaged (the same program on the other strategies, PyTorch's builtin handling included, and on
 aot_eager / capture) and saved as a runnable ``fuzz_repro_<hash>.py`` in --out. Exits 1 if any
 program failed (PyTorch limitations, see ``fuzz.LIMITATIONS``, are counted but do not fail).
@@ -170,8 +171,11 @@ class Sweep:
             return
         sig = (failure.strategy, failure.path, failure.signature, failure.builtin)
         limit = args.shrink_limit_mismatch if failure.kind == "mismatch" else args.shrink_limit
-        if self.shrunk[sig] >= limit:
-            return  # counted, not shrunk again
+        if self.shrunk[sig] >= limit:  # counted, and saved as found (the same program is shrunk
+            f = fuzz.write_repro(failure, args.out)  # the way the others were, if it is needed)
+            self.repros.setdefault(str(f), f"{key} {failure.kind} (not shrunk): "
+                                   f"{failure.message[:100]}")
+            return
         self.shrunk[sig] += 1
         t0 = time.perf_counter()
         checks = args.shrink_checks if failure.path != "inductor" else min(args.shrink_checks, 80)
