@@ -222,12 +222,12 @@ class Sweep:
                 print(f"  {key:20s} {n:5d} checks  {st['time'] / max(n, 1):6.2f}s/check  "
                       + "  ".join(f"{st.get(k, 0)} {k}" for k in ("right", "wrong", "fails")))
                 continue
-            sorted_ = "".join(
+            outcomes = "".join(
                 f"  {st[k]} {k}" for k in fuzz.OUTCOMES if k not in ("ok", "limitation") and k in st
             )
             print(f"  {key:20s} {n:5d} checks  {st['time'] / max(n, 1):6.2f}s/check  "
                   f"{st['bugs']:3d} failures  {st['limitations']:3d} PyTorch limitations"
-                  + sorted_)
+                  + outcomes)
         if self.eager_errors:
             print(f"  {self.eager_errors} programs raised in eager (skipped)")
         if self.repros:
