@@ -27,7 +27,7 @@ INDUCTOR_PROGRAMS = 4  # ~1-3 s each (C++ compiles)
 FEATURES = fuzz.Features(late_reads=False)
 # What the generator drew before the features for serving and training code: the programs the
 # tests below pin by seed and index.
-BEFORE = fuzz.Features(over_reads=False, late_reads=False, cache_ops=False, returned_views=False)
+BEFORE = fuzz.Features.as_drawn_before()
 
 
 REGION_PROGRAMS = 12  # programs drawn with Features(regions=True), on the capture path
@@ -77,7 +77,7 @@ def test_fuzz_capture_with_regions(strategy):
 
 
 def test_region_programs_call_regions_twice():
-    regions = dataclasses.replace(BEFORE, regions=True)
+    regions = fuzz.Features.as_drawn_before(regions=True)
     sources = [
         fuzz.program_for(SEED, i, None, regions).source()
         for i in range(REGION_PROGRAMS)

@@ -57,7 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--features", default="", metavar="[-]NAME,...",
                     help="turn generator features on (NAME) or off (-NAME): "
                     + ", ".join(f"{f.name} (default {'on' if f.default else 'off'})"
-                                for f in dataclasses.fields(fuzz.Features)))
+                                for f in dataclasses.fields(fuzz.Features))
+                    + "; a seed listed in results/README.md before 20261401 draws its programs "
+                    "with -over_reads,-late_reads,-cache_ops,-returned_views")
     ap.add_argument("--out", default="fuzz-failures", help="directory for minimal reproducers")
     ap.add_argument("--no-shrink", action="store_true")
     ap.add_argument("--shrink-limit", type=int, default=3,

@@ -1002,7 +1002,7 @@ def test_a_buffer_that_views_a_computed_buffer(fuzz_strategy):
     # into a buffer of its own, which the op wrote, and ``r1`` never saw the write. The root
     # ``r1`` is pinned now (the view itself never is: that broke fuzz seeds 20261267 #84 and
     # 20261268 #20, whose programs are tests too).
-    program = fuzz.program_for(20261263, 26)
+    program = fuzz.program_for(20261263, 26, None, fuzz.Features.as_drawn_before())
     assert "ops.mlate(v2, a)" in program.source()
     failure = fuzz.check(program, fuzz_strategy, "inductor")
     assert failure is None, str(failure)

@@ -87,6 +87,14 @@ class Features:
     # ``returned_views``: views of buffers the calls used, made after them and returned.
     returned_views: bool = True
 
+    @classmethod
+    def as_drawn_before(cls, **changes: bool) -> Features:
+        """The features before those for serving and training code were added: a seed draws
+        the programs it drew then (the seeds results/README.md lists before 20261401, the
+        programs tests pin by seed and index); ``changes`` as keyword arguments."""
+        off = dict(over_reads=False, late_reads=False, cache_ops=False, returned_views=False)
+        return cls(**{**off, **changes})
+
 
 class _State:
     """The program being built and its simulation; statement makers build on it."""
