@@ -18,12 +18,20 @@ STRATEGIES = ("v1", "v2", "builtin", "builtin_v1", "builtin_v2", "pytorch_v1", "
 # Contractions (|factor| <= 1) and means keep values bounded however many calls a program makes.
 
 
+def _bits(y: torch.Tensor) -> torch.Tensor:
+    """An integer ``y`` (an int64 or int32 view of float64 memory, Features.over_reads) as
+    values in [0, 1): the residues mod 1000 of its top 20 bits, so that a float computed one
+    ulp apart (Inductor's fused arithmetic against eager's) reads the same (seed 20261403
+    #175 read all the bits, and eager and the compiled program differed by 0.001)."""
+    shift = 8 * y.element_size() - 20
+    return ((y >> shift) % 1000).to(torch.float64) / 1000
+
+
 def _mean(y: torch.Tensor) -> torch.Tensor:
-    """``y.mean()``; an integer ``y`` (a dtype view of a float64 tensor, Features.over_reads)
-    as the mean of its residues mod 1000, scaled to [0, 1)."""
+    """``y.mean()``; an integer ``y`` as the mean of :func:`_bits`."""
     if y.is_floating_point():
         return y.mean()
-    return ((y % 1000).to(torch.float64) / 1000).mean()
+    return _bits(y).mean()
 
 
 @torch.library.custom_op(f"{_NS}::m1", mutates_args={"x"})
@@ -90,10 +98,10 @@ def mlate(x: torch.Tensor, y: torch.Tensor) -> None:
 
 def _values(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """What an op takes from its read argument ``y`` for ``like``: ``y``'s elements (a copy, in
-    ``like``'s shape) where the counts agree, else their mean; an integer ``y`` (a dtype view of
-    a float64 tensor) as its residues mod 1000, scaled to [0, 1)."""
+    ``like``'s shape) where the counts agree, else their mean; an integer ``y`` as
+    :func:`_bits`."""
     if not y.is_floating_point():
-        y = (y % 1000).to(like.dtype) / 1000
+        y = _bits(y)
     if y.numel() == like.numel():
         return y.reshape(like.shape).to(like.dtype).clone()
     return y.mean().to(like.dtype).expand(like.shape)
