@@ -125,7 +125,7 @@ class Sweep:
             st["checks"] += 1
             st["time"] += seconds
             outcome = verdict.outcome(strategy)
-            if outcome != "ok":
+            if outcome not in ("ok", "limitation"):  # limitations are counted below
                 st[outcome] = st.get(outcome, 0) + 1
             line.append(f"{key} {outcome}")
             if outcome == "limitation":
