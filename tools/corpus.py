@@ -282,6 +282,15 @@ def write_then_read_bits(x: torch.Tensor, bits: torch.Tensor) -> None:
     x.add_((bits.reshape(x.shape) & 255).to(x.dtype) / 256)
 
 
+@torch.library.custom_op(f"{_NS}::write_then_mean", mutates_args={"x"})
+def write_then_mean(x: torch.Tensor, y: torch.Tensor) -> None:
+    """x *= 0.3 (which changes the low mantissa bits too), then x += mean(y) (an integer y: the
+    mean of its low 8 bits / 256), y read after the write"""
+    x.mul_(0.3)
+    values = y if y.is_floating_point() else (y & 255).to(x.dtype) / 256
+    x.add_(values.mean().to(x.dtype))
+
+
 @torch.library.custom_op(f"{_NS}::op3", mutates_args={"out"})
 def op3(out: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
     """out *= 0.5, then out += x + y.sum() (x and y read after the write)"""
@@ -374,6 +383,7 @@ OPS = (
     read_then_write,
     write_list,
     write_then_read_bits,
+    write_then_mean,
     op3,
     cache_put,
 )
@@ -1264,3 +1274,24 @@ def dtype_view_bases_meet(a):
     x = a * 1
     two_read_first(x[:4], x.view(torch.int32)[4:], x)
     return x
+
+
+@program(
+    lambda: (torch.randn(4, 4, dtype=torch.float64)[::2],),
+    "write_then_mean(b, b.view(torch.int32)) on a strided graph input: another element size",
+)
+def mean_bits_strided_input(b):
+    # Note [A dtype view Inductor keeps]: Inductor copied a strided tensor before reading it as
+    # int32, so the op read the old bits (the built-in v2 too)
+    write_then_mean(b, b.view(torch.int32))
+    return b.sum()
+
+
+@program(lambda: (torch.randn(2, dtype=torch.float64),), "write_then_mean(a[1:], a), a[1:] read before")
+def read_of_a_kept_clone(a):
+    # the old a[1:] is read later, so its base keeps a clone; the read a is a view of that clone
+    # (Inductor computed a view of a clone into a buffer of its own, the write then missed it)
+    r = a[1:].cumsum(0)
+    write_then_mean(a[1:], a)
+    return r.sum() * 1.5
+

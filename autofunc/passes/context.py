@@ -79,6 +79,9 @@ class Buffer:
     args: list[str]  # labels of the mutable arguments regenerated from it
     chains: list[views.ViewChain]  # the chain of each, relative (Note [Relative chains])
     written: list[Region] | None = None  # memo of written_regions()
+    # the chains of the read-only arguments regenerated from it (Note [Read arguments see the
+    # written memory] in hops/v2.py): they write nothing, and they alias what the others write
+    read_chains: list[views.ViewChain] = dataclasses.field(default_factory=list)
 
 
 def written_regions(analysis: AliasAnalysis, buf: Buffer) -> list[Region]:

@@ -294,9 +294,14 @@ def geometry_of(ctx: Any, node: fx.Node) -> tuple[list, list]:
 
 
 def emit_view(
-    ctx: Any, base: fx.Node, chain: views.ViewChain, shared: dict | None = None
+    ctx: Any,
+    base: fx.Node,
+    chain: views.ViewChain,
+    shared: dict | None = None,
+    read_only: bool = False,
 ) -> fx.Node:
-    """``chain`` applied to ``base``, one node per step.
+    """``chain`` applied to ``base``, one node per step (for a ``read_only`` argument each
+    step as the policy's ``read_view`` makes it).
 
     ``shared`` (one dict per insertion point) lets the chains of one call share their common
     prefixes: ``cache[l][0]`` and ``cache[l][1]`` take one ``select(cache, 0, l)``. A chain's
@@ -305,7 +310,7 @@ def emit_view(
     """
     node = base
     steps = chain.steps
-    graph = _StepGraph(ctx)
+    graph = _StepGraph(ctx, read_only)
     for i, step in enumerate(steps):
         key = _share_key(node, step) if shared is not None and i < len(steps) - 1 else None
         if key is not None and key in shared:
@@ -327,14 +332,17 @@ def _share_key(node: fx.Node, step: Any) -> tuple | None:
 class _StepGraph:
     """``views.steps.Graph`` on ``ctx``'s graph: where a view step emits its own ATen calls."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, read_only: bool = False) -> None:
         self.ctx = ctx
+        self.read_only = read_only
 
     @property
     def arith(self) -> Arith:
         return graph_arith(self.ctx)
 
     def call(self, target: Any, args: tuple) -> fx.Node:
+        if self.read_only:
+            return self.ctx.policy.read_view(self.ctx, target, args)
         return emit(self.ctx, target, args)
 
 

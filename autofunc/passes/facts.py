@@ -41,6 +41,7 @@ def buffers(m: Mutation) -> list[Buffer]:
     bufs = [Buffer(b, m.output_keys(i)[0], [], []) for i, b in enumerate(m.buffers)]
     for slot in m.slots:
         if slot.read_only:  # it writes nothing; the op reads what the buffer holds
+            bufs[slot.buffer].read_chains.append(slot.relative_chain)
             continue
         bufs[slot.buffer].args.append(slot.label)
         bufs[slot.buffer].chains.append(slot.relative_chain)
@@ -53,7 +54,10 @@ def output_of(node: fx.Node, buf: Buffer) -> fx.Node | None:
 
 
 def aliased_args(buf: Buffer, written: list) -> bool:
-    """Whether two of the arguments regenerated from ``buf`` overlap."""
+    """Whether two of the arguments regenerated from ``buf`` overlap (a read-only one over the
+    written memory always does: Note [Read arguments see the written memory])."""
+    if buf.read_chains:
+        return True
     return any(overlaps(a, b) for i, a in enumerate(written) for b in written[i + 1 :])
 
 

@@ -143,6 +143,12 @@ class Policy:
 
     # -- the direct call ------------------------------------------------------------------------
 
+    def read_view(self, ctx: Pass, target: Any, args: tuple) -> fx.Node:
+        """One step (``target(*args)``, an ATen view) of the view a read-only argument gets of a
+        buffer the call writes (Note [Read arguments see the written memory] in hops/v2.py):
+        it must stay a view of that memory. Here: the step itself."""
+        return emit(ctx, target, args)
+
     def alias(self, ctx: Pass, node: fx.Node) -> fx.Node:
         """A new tensor object over ``node``'s memory, for the second and later identical
         arguments of a call (Note [Arguments keep their identity] in hops/common.py)."""

@@ -28,6 +28,22 @@ for _key in ("CompositeExplicitAutograd", "Meta"):
     _lib.impl("fresh_alias", lambda x: _aten.alias.default(x), _key)
 FRESH_ALIAS = torch.ops.autofunc.fresh_alias.default
 
+# Note [A dtype view Inductor keeps]
+# Inductor lowers ``aten.view.dtype`` to another element size of a tensor that is not
+# contiguous (a strided graph input ``b[::2]`` read as ``int32``) by copying the tensor into a
+# contiguous buffer first: a view of a copy. A read-only argument regenerated over the memory
+# the call writes (Note [Read arguments see the written memory] in hops/v2.py) must be a view of
+# that memory, or the op reads the old values where eager reads what it wrote (fuzz seed
+# 20261601 #11: ``mlate(b, b.view(torch.int32))``; PyTorch's built-in is wrong the same way).
+# ``autofunc::dtype_view`` is an opaque op with an aliasing schema: Inductor calls it as an
+# extern kernel on the tensor as it is and passes on its result, a view of the same memory.
+# Read-only arguments only: a written one stays ``aten.view.dtype``, through which Inductor
+# sees the write.
+_lib.define("dtype_view(Tensor(a) x, ScalarType dtype) -> Tensor(a)")
+for _key in ("CompositeExplicitAutograd", "Meta"):
+    _lib.impl("dtype_view", lambda x, dtype: _aten.view.dtype(x, dtype), _key)
+DTYPE_VIEW = torch.ops.autofunc.dtype_view.default
+
 # Note [Writes Inductor cannot see]
 # Inductor lowers ``invoke_subgraph`` (a ``nested_compile_region``) to an extern call that only
 # *reads* its operands: nothing tells the scheduler that the region writes some of them, so it

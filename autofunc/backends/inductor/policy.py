@@ -27,7 +27,7 @@ from ...passes.targets import per_target
 from ...passes.walks import view_walk
 from ...symbolic import contiguous_or_false, overlaps_itself
 from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
-from .ops import FRESH_ALIAS, WRITTEN
+from .ops import DTYPE_VIEW, FRESH_ALIAS, WRITTEN
 from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
 
 __all__ = ["INDUCTOR", "InductorPolicy", "computed_where_taken", "lazy_under_inductor"]
@@ -210,7 +210,8 @@ class InductorPolicy(Policy):
         ``as_strided`` alias of the whole buffer makes Inductor compute the buffer once, with
         exactly its strides, and hand the op a view of it. Graph inputs are computed already.
         """
-        return buf.node.op != "placeholder" and not all(c.is_alias for c in buf.chains)
+        chains = [*buf.chains, *buf.read_chains]
+        return buf.node.op != "placeholder" and not all(c.is_alias for c in chains)
 
     def pin_root(self, ctx: Pass, buf: fx.Node) -> None:
         """Make the chain of views ``buf`` starts from a buffer Inductor has not computed yet
@@ -256,6 +257,12 @@ class InductorPolicy(Policy):
         first.replace_input_with(root, pinned)
 
     # -- the direct call --------------------------------------------------------------------------
+
+    def read_view(self, ctx: Pass, target: Any, args: tuple) -> fx.Node:
+        # Note [A dtype view Inductor keeps] in ops.py
+        if target is torch.ops.aten.view.dtype:
+            return emit(ctx, DTYPE_VIEW, args)
+        return emit(ctx, target, args)
 
     def alias(self, ctx: Pass, node: fx.Node) -> fx.Node:
         # Note [A fresh alias Inductor keeps] in ops.py
