@@ -30,6 +30,8 @@ EXPORT_PROGRAMS = [
     "returns_its_out",
     "rope_in_place",  # the HOP's _aliases keyword (Note [Read arguments eager aliases])
     "sglang_rope_inplace",  # _aliases naming other objects over the written memory ("q~q_rope")
+    "wtr_transpose_input",  # _reads/_read_views (Note [Read arguments see the written memory])
+    "write_list_rows",  # _reads over the elements of a written list
 ]
 EXPORT_PROGRAMS = [p for p in EXPORT_PROGRAMS if p in corpus.PROGRAMS]  # torch-dependent
 # torch.export's own pytree code warns about LeafSpec; not ours.
@@ -74,8 +76,16 @@ def test_exported_graph_uses_autofunc_hops(name, strategy):
     hops = _hops(ep.graph_module)
     # autofunc's HOP only: neither auto_functionalized nor auto_functionalized_v2. (v1 hands
     # calls on unfold views to v2: Note [Writing back unfold views]; and calls that pass one
-    # tensor as a read and a mutable argument: Note [Read arguments eager aliases].)
-    to_v2 = ("unfold_gaps", "rope_in_place", "sglang_rope_inplace")
+    # tensor as a read and a mutable argument: Note [Read arguments eager aliases]; and calls
+    # whose read argument shares the written memory: Note [Read arguments see the written
+    # memory].)
+    to_v2 = (
+        "unfold_gaps",
+        "rope_in_place",
+        "sglang_rope_inplace",
+        "wtr_transpose_input",
+        "write_list_rows",
+    )
     expected = {"autofunc_v2"} if name in to_v2 else {f"autofunc_{strategy}"}
     assert hops and set(hops) == expected
     _assert_runs_like_eager(ep.module(), name)
@@ -176,7 +186,7 @@ for path in sys.argv[1:]:
 """
 SAVED_PROGRAMS = [
     "input_row", "list_arg", "two_overlapping", "returns_and_mutates", "rope_in_place",
-    "sglang_rope_inplace",
+    "sglang_rope_inplace", "wtr_transpose_input",
 ]
 
 
