@@ -337,7 +337,8 @@ class V2Adapter:
                 kwargs[name] = None
                 if entry is not None:
                     slots.append(Slot(name, None, entry.base_index, entry.chain))
-        reads = decode_reads(info, node.kwargs.get("_reads", ()), node.kwargs.get("_read_views", ()))
+        names = node.kwargs.get("_reads")
+        reads = decode_reads(info, names, node.kwargs.get("_read_views", ())) if names else {}
         for name, entry in reads.items():  # Note [Read arguments see the written memory]
             if isinstance(entry, list):  # the elements without a view stay in kwargs
                 slots += [

@@ -191,6 +191,8 @@ def decode_reads(info: OpInfo, names: Sequence[str], wire: Sequence) -> dict[str
         MalformedViewsError: When a name is no read-only tensor argument of the op, or the
             wire does not match the names.
     """
+    if not names:
+        return {}
     lists = _tensor_list_args(info)
     mutable = set(info.mutable_names)
     for name in names:
