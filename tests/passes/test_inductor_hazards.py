@@ -1192,3 +1192,21 @@ def test_a_written_view_of_an_unrealized_buffer_with_dynamic_sizes(strategy):
     assert torch.allclose(got, expected) and torch.allclose(x, expected_x)
     call = code[code.index("def call(") :]
     assert call.count("empty_strided_cpu(") == 1, call
+
+
+# -- a written view of a scatter result through a reshape (fuzz seed 20261605 #87) -----------
+
+
+def select_of_a_scatter_written(b):
+    v5 = b.split([3, 1], 0)[1].select(1, 0).view(1, 1)
+    r8 = v5 * 1.5
+    fuzz.mlate(v5.permute(0, 1), r8)  # v1: written back as scatters into b
+    fuzz.m2(v5 * 3.0, v5.permute(0, 1), r8)  # writes the select of the scatter result
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_reshape_that_views_a_scatter_is_no_root(fuzz_strategy):
+    # Note [A reshape that views its input]: under v1 the pin went on the reshape, a view of
+    # the scatter Inductor had not computed, and the op wrote element 0 of b, not element 9
+    b = torch.randn(8, 3, dtype=torch.float64)[::2]
+    check_fuzz_ops(select_of_a_scatter_written, fuzz_strategy, b)

@@ -67,6 +67,31 @@ def _lazy_target(target: Any) -> bool:
     return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS
 
 
+def _reshape_view(node: Any) -> bool:
+    """Note [A reshape that views its input]
+    ``aten.reshape`` is no view op in general (it copies where strides do not allow a view), so
+    view walks stop at it; where its value shares its input's storage, Inductor lowers it as a
+    view, and the buffer Inductor computes is further down. ``pin_root`` pinned such a reshape
+    as if it were the root: an ``as_strided`` of a view of a buffer not computed yet, which
+    Inductor puts at offset 0 (Note [Pinning a view of a computed buffer] in repairs.py; fuzz
+    seed 20261605 #87 under v1: a written select of a scatter result, the op wrote element 0
+    of the input, not element 9). The walk goes on through it."""
+    if not (
+        isinstance(node, fx.Node)
+        and node.op == "call_function"
+        and node.target is torch.ops.aten.reshape.default
+        and isinstance(node.args[0], fx.Node)
+    ):
+        return False
+    out, src = node.meta.get("val"), node.args[0].meta.get("val")
+    if not (isinstance(out, torch.Tensor) and isinstance(src, torch.Tensor)):
+        return False
+    try:
+        return out.untyped_storage()._cdata == src.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
 def computed_where_taken(user: fx.Node, node: fx.Node) -> bool:
     """Whether Inductor, where it lowers ``user``, has computed the lazy ``node`` into a buffer
     of its own at the latest (so that users lowered after it read that buffer).
@@ -237,7 +262,10 @@ class InductorPolicy(Policy):
         scatter into another (112 B for a 48 B input, PyTorch's built-in 96 B), where the
         static program writes the input in place (48 B, its returned clone).
         """
-        *chain, root = view_walk(buf)
+        nodes = list(view_walk(buf))
+        while _reshape_view(nodes[-1]):  # Note [A reshape that views its input]
+            nodes += view_walk(nodes[-1].args[0])
+        *chain, root = nodes
         if any(v.meta.get("autofunc.pin") for v in chain):
             return  # pinned already
         if (
