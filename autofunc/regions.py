@@ -29,6 +29,7 @@ __all__ = [
     "is_dense_root",
     "region_of_storage",
     "same_geometry",
+    "span_holds",
     "tensors_may_overlap",
 ]
 
@@ -279,6 +280,13 @@ def same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
 def region_of_storage(val: torch.Tensor) -> Region:
     """The storage interval ``val`` spans, in bytes (no per-dim box: its base is not known)."""
     return region_of_geometry(_geometry(val), (), False, itemsize=val.element_size())
+
+
+def span_holds(outer: torch.Tensor, inner: torch.Tensor) -> bool:
+    """Whether ``inner``'s storage span provably lies inside ``outer``'s (one storage; bytes,
+    so dtypes may differ)."""
+    a, b = region_of_storage(outer), region_of_storage(inner)
+    return _known(a.lo <= b.lo) and _known(b.hi <= a.hi)
 
 
 def tensors_may_overlap(a: torch.Tensor, b: torch.Tensor, root: torch.Tensor) -> bool:

@@ -57,6 +57,8 @@ class OpInfo:
     returned_args: tuple[str, ...] = ()
     # the arguments a call passes by position (every one not keyword-only), in schema order
     positional_names: tuple[str, ...] = ()
+    # the arguments that are lists of tensors, mutable or not (``_classify``)
+    tensor_list_args: frozenset[str] = frozenset()
 
     @property
     def mutable_names(self) -> tuple[str, ...]:
@@ -164,6 +166,9 @@ def _check(op: OpOverload) -> OpInfo:
         num_returns=len(returns),
         returned_args=returned,
         positional_names=tuple(a.name for a in schema.arguments if not a.kwarg_only),
+        tensor_list_args=frozenset(
+            a.name for a in schema.arguments if (k := _classify(a)) is not None and k.is_list
+        ),
     )
 
 

@@ -17,8 +17,7 @@ from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
 
 from .. import regions, views
 from ..errors import AutofuncError, UnsupportedCallError
-from ..schema import OpInfo, op_info, resolve
-from ..symbolic import known
+from ..schema import RESERVED_KWARGS, OpInfo, op_info, resolve
 from .adapter import Mutation, Slot, register_adapter
 from .common import (
     AutofuncHOP,
@@ -226,10 +225,9 @@ def _covering(ctx: Any, bases: list[torch.Tensor], group: list[torch.Tensor]) ->
     ``None`` (Note [Bases that overlap]: the others are regenerated from it, a dtype view
     too)."""
     inner = ctx.unwrap_tensors(list(bases) + list(group))
-    spans = [regions.region_of_storage(t) for t in inner]
-    held = spans[len(bases) :]
-    for base, span in zip(bases, spans):
-        if all(known(span.lo <= r.lo) and known(r.hi <= span.hi) for r in held):
+    held = inner[len(bases) :]
+    for base, outer in zip(bases, inner):
+        if all(regions.span_holds(outer, t) for t in held):
             return base
     return None
 
@@ -322,8 +320,7 @@ class V2Adapter:
 
     def read(self, node: Any) -> Mutation:
         info = op_info(resolve(node.args[0]))
-        wire = ("_bases", "_views", "_aliases", "_reads", "_read_views")
-        kwargs = {k: v for k, v in node.kwargs.items() if k not in wire}
+        kwargs = {k: v for k, v in node.kwargs.items() if k not in RESERVED_KWARGS}
         slots = []
         for name, entry in decode_views(info, node.kwargs["_views"]).items():
             if isinstance(entry, list):

@@ -4,8 +4,7 @@ A read-only argument that is exactly a mutable argument's memory is an alias of 
 (:func:`eager_aliases`, the ``_aliases`` keyword); one that shares the written memory in
 another geometry is regenerated from the base of the mutable tensor it overlaps
 (:func:`read_views`, the ``_reads``/``_read_views`` keywords). Both hold what the op sees in
-eager. Imports ``hops.common``, ``hops.v2_wire``, ``regions``, ``schema``, ``symbolic`` and
-``views``; never ``hops.v2`` (which hands in its bases as :class:`Bases`).
+eager. Imports ``hops.common``, ``hops.v2_wire``, ``regions``, ``schema`` and ``views``; never ``hops.v2`` (which hands in its bases as :class:`Bases`).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import torch
 
 from .. import regions, views
 from ..schema import OpInfo
-from ..symbolic import known
 from .common import geometry_known, get_base, may_overlap, same_memory
 from .v2_wire import ArgView, ReadAlias, ViewsEntry
 
@@ -120,8 +118,7 @@ def _read_view(
     except ValueError:
         return None
     if not (get_base(r) is base and not chain.uses_as_strided):
-        span, inside = regions.region_of_storage(inner_base), regions.region_of_storage(inner_r)
-        if not (known(span.lo <= inside.lo) and known(inside.hi <= span.hi)):
+        if not regions.span_holds(inner_base, inner_r):
             return None
     return ArgView(bases.index_of(base), chain.shifted(-inner_base.storage_offset()))
 

@@ -193,20 +193,10 @@ def decode_reads(info: OpInfo, names: Sequence[str], wire: Sequence) -> dict[str
     """
     if not names:
         return {}
-    lists = _tensor_list_args(info)
     mutable = set(info.mutable_names)
     for name in names:
         if name not in info.arg_names or name in mutable:
             raise MalformedViewsError(f"_reads names {name!r}, no read argument of {info.qualname}")
-    return _decode_entries(info.qualname, "_read_views", [(n, n in lists) for n in names], wire)
+    args = [(n, n in info.tensor_list_args) for n in names]
+    return _decode_entries(info.qualname, "_read_views", args, wire)
 
-
-def _tensor_list_args(info: OpInfo) -> frozenset[str]:
-    out = set()
-    for arg in info.op._schema.arguments:
-        t = arg.type
-        if isinstance(t, torch.OptionalType):
-            t = t.getElementType()
-        if isinstance(t, torch.ListType):
-            out.add(arg.name)
-    return frozenset(out)

@@ -47,10 +47,6 @@ READ_AFTER = [
 ALL = READ_AFTER + READ_BEFORE
 
 
-def _program(name: str) -> corpus.Program:
-    return corpus.PROGRAMS[name]
-
-
 def _check(fn, inputs, **capture):
     compiled, captured = compile_capture(fn, **capture)
     check = run_against_eager(fn, compiled, inputs)
@@ -58,20 +54,13 @@ def _check(fn, inputs, **capture):
     return captured
 
 
-# -- values: the capture path (the pass alone), every program -----------------------------------
+# -- values and clones: the capture path (the pass alone), every program ----------------------
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_capture_matches_eager(strategy, name):
-    p = _program(name)
-    _check(p.fn, p.inputs())
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_no_clone_for_the_read(strategy, name):
-    p = _program(name)
-    compiled, captured = compile_capture(p.fn)
-    run_against_eager(p.fn, compiled, p.inputs())  # compiles; the values are checked above
+def test_capture_matches_eager_with_no_clone_for_the_read(strategy, name):
+    p = corpus.PROGRAMS[name]
+    captured = _check(p.fn, p.inputs())
     reasons = [d.reason for d in captured.report.decisions]
     assert Reason.READ_BY_CALL not in reasons, captured.report
 
@@ -90,7 +79,7 @@ def test_no_clone_for_the_read(strategy, name):
     ],
 )
 def test_inductor_matches_eager(strategy, name):
-    p = _program(name)
+    p = corpus.PROGRAMS[name]
     compiled = torch.compile(p.fn, backend="inductor", fullgraph=True)
     check = run_against_eager(p.fn, compiled, p.inputs())
     assert check.correct, check.mismatch
@@ -114,18 +103,11 @@ def test_no_more_bytes_than_the_builtin_v2(name):
 
 @pytest.mark.parametrize("name", ["wtr_transpose_fresh", "rtw_transpose"])
 def test_dynamic_shapes(strategy, name):
-    p = _program(name)
+    p = corpus.PROGRAMS[name]
     compiled, captured = compile_capture(p.fn, dynamic=True)
     for inputs in (p.inputs(), (torch.randn(6, 6, dtype=torch.float64),)):
         check = run_against_eager(p.fn, compiled, inputs)
         assert check.correct, check.mismatch
-
-
-@pytest.mark.parametrize("name", ["rtw_transpose"])
-def test_dynamic_shapes_no_clone_for_the_read(strategy, name):
-    p = _program(name)
-    compiled, captured = compile_capture(p.fn, dynamic=True)
-    run_against_eager(p.fn, compiled, p.inputs())
     assert Reason.READ_BY_CALL not in [d.reason for d in captured.report.decisions]
 
 

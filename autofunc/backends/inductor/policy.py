@@ -21,7 +21,7 @@ from ...hops.adapter import Mutation
 from ...passes.context import Buffer, Pass, Query, written_regions
 from ...passes.emit import CloneKind, emit, pin_layout
 from ...passes.facts import aliased_args
-from ...passes.memory_ops import VIEW_OPS
+from ...passes.memory_ops import VIEW_OPS, storage_address
 from ...passes.policy import LateReads, Policy
 from ...passes.targets import per_target
 from ...passes.walks import view_walk
@@ -86,10 +86,7 @@ def _reshape_view(node: Any) -> bool:
     out, src = node.meta.get("val"), node.args[0].meta.get("val")
     if not (isinstance(out, torch.Tensor) and isinstance(src, torch.Tensor)):
         return False
-    try:
-        return out.untyped_storage()._cdata == src.untyped_storage()._cdata
-    except (RuntimeError, NotImplementedError):
-        return False
+    return storage_address(out) == storage_address(src)
 
 
 def computed_where_taken(user: fx.Node, node: fx.Node) -> bool:
