@@ -1295,3 +1295,44 @@ def read_of_a_kept_clone(a):
     write_then_mean(a[1:], a)
     return r.sum() * 1.5
 
+
+
+# -- bytes PyTorch's built-in v2 saves on random programs (the fuzzer's bytes comparison) ----------
+
+
+@program(
+    lambda: (torch.randn(6, 6, dtype=torch.float64),),
+    "write_then_mean(b, b.t()); b.diagonal(4).mul_(2); return b.unfold(1, 1, 4): a view of the "
+    "input returned, which AOTAutograd regenerates from the input",
+)
+def returned_view_after_scatter(b):
+    # Note [Returned scatters under Inductor]: the returned view was copied into a buffer of
+    # its own (280 B; fuzz seed 20261609 #126)
+    write_then_mean(b, b.t())
+    b.diagonal(4, 1, 0).mul_(2.0)
+    return b.unfold(1, 1, 4)
+
+
+@program(
+    lambda: (torch.randn(6, 3, 3, dtype=torch.float64),),
+    "r = b.amax() + b.mean(); add_(b, r); add_(r, b.sum()); return r: reductions Inductor "
+    "computes where they stand",
+)
+def reduction_read_before_write(b):
+    # Note [Reductions Inductor computes where they stand]: b was cloned for the reductions'
+    # reads, r being written later (fuzz seed 20261609 #23, #47, #68, #144)
+    r = b.amax() + b.mean()
+    add_(b, r)
+    add_(r, b.sum())
+    return r
+
+
+@program(
+    lambda: (torch.randn(2, 2, dtype=torch.float64),),
+    "r = b.sum(1); add_(b, 1); return r: a reduction over two elements, which Inductor "
+    "computes where it is used",
+)
+def small_reduction_read_before_write(b):
+    r = b.sum(1)  # unrolled into a pointwise node: as lazy as one
+    add_(b, torch.ones((), dtype=b.dtype))
+    return r

@@ -196,3 +196,24 @@ def test_a_new_backend_is_a_policy_subclass():
     assert same_result(gm(x, y)[0], expected)
     assert same_result(x, expected_inputs[0])
     assert str(policy) == "recording"
+
+
+def test_reductions_inductor_computes_where_they_stand():
+    # Note [Reductions Inductor computes where they stand]
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autofunc.backends.inductor.policy import lazy_under_inductor
+
+    def f(big, small):
+        return big.sum(), big.amax(0), big.mean(), small.sum(1), small.sum(), big * 2
+
+    def lazy(tracing_mode):
+        gm = make_fx(f, tracing_mode=tracing_mode)(torch.randn(6, 3, 3), torch.randn(2, 2))
+        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+        nodes = [n for n in calls if n.target != torch.ops.aten.sym_size.int]
+        return [lazy_under_inductor(n) for n in nodes]
+
+    # 54 elements reduced; 6 elements into 9 (unrolled); 54; 2 (unrolled); 4 into one on a CPU;
+    # a pointwise node
+    assert lazy("fake") == [False, True, False, True, False, True]
+    assert lazy("symbolic") == [True] * 6  # sizes not known: lazy, as every aten node

@@ -3,8 +3,9 @@ answers of the protocol of ``autofunc/passes/policy.py`` for Inductor. What Indu
 lazily, and the late reads computed before a call instead of a clone (``lazy_reads.py``); the
 copies and pins its layout choices need (Note [Clones for Inductor]); the two ops it needs
 emitted (``ops.py``); its repairs (``repairs.py``). The glue (``glue.py``) passes ``INDUCTOR``
-to ``reinplace``. Imports the pass's steps but not ``reinplace.py``, nor any Inductor
-configuration.
+to ``reinplace``. Imports the pass's steps but not ``reinplace.py``; of Inductor's
+configuration it reads one setting at compile time (Note [Reductions Inductor computes where
+they stand]) and sets none.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ...passes.memory_ops import VIEW_OPS, storage_address
 from ...passes.policy import LateReads, Policy
 from ...passes.targets import per_target
 from ...passes.walks import view_walk
-from ...symbolic import contiguous_or_false, overlaps_itself
+from ...symbolic import contiguous_or_false, is_symbolic, overlaps_itself
 from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
 from .ops import DTYPE_VIEW, FRESH_ALIAS, WRITTEN
 from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
@@ -57,7 +58,66 @@ def lazy_under_inductor(reader: fx.Node) -> bool:
     target = reader.target
     if target is operator.getitem and isinstance(reader.args[0], fx.Node):
         return lazy_under_inductor(reader.args[0])
-    return reader.op == "call_function" and _lazy_target(target)
+    if reader.op != "call_function" or not _lazy_target(target):
+        return False
+    return target not in _REDUCTIONS or not _reduction_realized(reader)
+
+
+# Reductions Inductor lowers through ``make_reduction`` (``mean`` through its ``sum``).
+_REDUCTIONS = frozenset(
+    {
+        _aten.sum.default,
+        _aten.sum.dim_IntList,
+        _aten.mean.default,
+        _aten.mean.dim,
+        _aten.amax.default,
+        _aten.amin.default,
+        _aten.max.default,
+        _aten.min.default,
+        _aten.prod.default,
+        _aten.prod.dim_int,
+        _aten.argmax.default,
+        _aten.argmin.default,
+    }
+)
+
+
+def _reduction_realized(node: fx.Node) -> bool:
+    """Note [Reductions Inductor computes where they stand]
+    Inductor lowers a reduction into a buffer of its own right where the graph has it
+    (``make_reduction`` realizes what ``Reduction.create`` returns), so its reads of the memory a
+    later call writes happen before the call, as for an extern kernel: ``r = b.amax(); op(b);
+    return r`` needs neither a clone of ``b`` nor ``r`` computed early (PyTorch's built-in writes
+    ``b`` in place there). Not when ``Reduction.create`` turns the reduction into a pointwise
+    node, which is as lazy as any: over one element, or over fewer elements than the unroll
+    threshold unless the result is one element on a CPU. The threshold is read from Inductor's
+    configuration at compile time; a reduction whose sizes are not static integers, or one
+    whose threshold cannot be read, counts as lazy (as before)."""
+    src = node.args[0] if node.args else None
+    out = node.meta.get("val")
+    inp = src.meta.get("val") if isinstance(src, fx.Node) else None
+    if not (isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor)):
+        return False
+    if is_symbolic(inp.numel()) or is_symbolic(out.numel()):
+        return False  # int() would specialize the size
+    n_in, n_out = int(inp.numel()), int(out.numel())
+    if n_out == 0 or n_in % n_out:
+        return False
+    reduced = n_in // n_out
+    threshold = _unroll_threshold()
+    if threshold is None or reduced <= 1:
+        return False
+    on_cpu = inp.device.type == "cpu"
+    return reduced >= threshold or (n_out == 1 and on_cpu)
+
+
+def _unroll_threshold() -> int | None:
+    try:
+        from torch._inductor import config
+
+        return int(config.unroll_reductions_threshold)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
 
 
 @per_target  # Note [Facts per target]

@@ -18,6 +18,7 @@ from ...hops.adapter import mutation_targets
 from ...logs import get_logger
 from ...passes.context import Pass
 from ...passes.emit import emit_clone
+from ...passes.facts import flat_outputs
 from ...passes.memory_ops import VIEW_OPS
 from ...passes.walks import copy_calls, input_copies, users_through_views, view_root, view_walk
 from .share_views import share_input_views
@@ -231,7 +232,9 @@ def _separate_outputs_from_inputs(ctx: Pass) -> None:
     into a graph input whenever the graph copies a value back into that input, without looking
     at the graph's outputs, so ``y`` would come back as ``x`` itself (pytorch#195451). Each
     output built by scatters into such an input is returned as a copy instead (eager holds two
-    tensors as well)."""
+    tensors as well). An output AOTAutograd regenerates from the input is the input's memory in
+    eager and whatever the graph returns (Note [Outputs AOTAutograd regenerates from inputs]):
+    ``op(b, b.T); b.diagonal().mul_(2); return b.unfold(1, 1, 4)`` is not copied."""
     graph = ctx.gm.graph
     copied_back = set(input_copies(graph))
     out = graph.output_node()
@@ -252,7 +255,12 @@ def _separate_outputs_from_inputs(ctx: Pass) -> None:
                 clones[arg] = emit_clone(ctx, arg, kind=ctx.policy.copy(ctx, arg))
         return clones[arg]
 
-    out.args = fx.node.map_arg(out.args, separate)
+    flat = flat_outputs(out)
+    if flat is not None and ctx.regenerated:
+        kept = [v if i in ctx.regenerated else separate(v) for i, v in enumerate(flat)]
+        out.args = (type(flat)(kept),)
+    else:
+        out.args = fx.node.map_arg(out.args, separate)
 
 
 def _views_before(view: fx.Node, root: fx.Node, point: fx.Node) -> bool:
