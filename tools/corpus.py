@@ -1336,3 +1336,17 @@ def small_reduction_read_before_write(b):
     r = b.sum(1)  # unrolled into a pointwise node: as lazy as one
     add_(b, torch.ones((), dtype=b.dtype))
     return r
+
+
+@program(
+    lambda: (torch.randn(2, dtype=torch.float64),),
+    "r = a * 3; add_(a, r.amax() + r.mean()); return r: a returned value Inductor computes "
+    "where it stands",
+)
+def returned_read_before_write(a):
+    # Note [Returned values Inductor computes where they stand]: r was computed into a buffer
+    # of its own before the call (fuzz seed 20261609 #14)
+    r = a * 3.0
+    s = r.clone().amax() + r.mean()
+    add_(a, s)
+    return r

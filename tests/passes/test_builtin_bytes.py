@@ -14,6 +14,7 @@ from tools.compare import bytes_gate, run_program
 FOUND = [
     "returned_view_after_scatter",  # Note [Returned scatters under Inductor]
     "reduction_read_before_write",  # Note [Reductions Inductor computes where they stand]
+    "returned_read_before_write",  # Note [Returned values Inductor computes where they stand]
 ]
 
 

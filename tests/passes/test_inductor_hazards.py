@@ -581,17 +581,17 @@ def row_strategy(request):
 
 
 def saved_before_call(x, y):
-    saved = x.clone()  # lazy: Inductor would compute it where it is returned
+    saved = x.clone()  # returned: Inductor computes it where it stands, before the call
     add_row(x, y)
     return saved
 
 
 def chain_read_before(x, y):
     b = x * 2
-    c = b[:, 1:3] + 1  # a lazy chain: b is fused into c, c into d, d computed at the output
+    c = b[:, 1:3] + 1  # a lazy chain: b is fused into c, c into d, d computed after the call
     d = c.sum(1)
     add_row(x, y)
-    return d, x[0]
+    return d + 1, x[0]
 
 
 def whole_buffer_read_before(x, y):
@@ -625,14 +625,17 @@ def _row_reports(fn, *inputs):
     return [d for r in reports for c in r.calls for d in c.decisions]
 
 
-@pytest.mark.parametrize(
-    "fn",
-    [saved_before_call, chain_read_before, sum_read_after, columns_read_after],
-)
+@pytest.mark.parametrize("fn", [chain_read_before, sum_read_after, columns_read_after])
 def test_lazy_read_computed_before_the_call(row_strategy, fn):
     decisions = _row_reports(fn, torch.randn(6, 5), torch.randn(5))
     assert decisions and all(d.inplace for d in decisions), [d.explain() for d in decisions]
     assert any("computed before the call" in d.detail for d in decisions)
+
+
+def test_a_returned_read_is_computed_where_it_stands(row_strategy):
+    # Note [Returned values Inductor computes where they stand]: no lazy read to compute early
+    (d,) = _row_reports(saved_before_call, torch.randn(6, 5), torch.randn(5))
+    assert d.inplace and not d.detail, d.explain()
 
 
 @pytest.mark.parametrize("strategy_name", ["v1", "v2"])
@@ -667,11 +670,17 @@ def test_lazy_read_realized_in_the_post_grad_graph(row_strategy):
     from autofunc.bench.user_triton import post_grad_graph
     from autofunc.testing import format_graph
 
-    gm = post_grad_graph(saved_before_call, [torch.randn(6, 5), torch.randn(5)])
+    gm = post_grad_graph(saved_read_after, [torch.randn(6, 5), torch.randn(5)])
     code = format_graph(gm)
-    # the copy into a fresh buffer comes before the call, and the output reads it
+    # the copy into a fresh buffer comes before the call, and the sum after it reads it
     assert code.index("aten.empty_like") < code.index("aten.copy_") < code.index("add_row")
-    assert "return (copy__default,)" in code, code
+    assert "aten.add.Tensor(copy__default, select_2)" in code, code
+
+
+def saved_read_after(x, y):
+    saved = x[1] * 1.5  # lazy: Inductor would compute it where the sum after the call needs it
+    add_row(x, y)
+    return saved + x[0]
 
 
 def row_of_a_value_read_before(x, y):

@@ -132,8 +132,24 @@ def test_region_calls_write_in_place(fn, strategy):
 def test_an_old_value_returned_is_computed_before_the_region(strategy):
     calls = _compile_and_check(old_value_read_after)
     decisions = [d for c in calls for d in c.decisions]
-    # ``old`` (a clone Inductor removes as a no-op) would read layer 0 after the first region
-    # wrote it: it is computed before that region instead of a copy of the cache
+    # ``old``, returned, is computed where it stands, before the first region writes layer 0
+    # (Note [Returned values Inductor computes where they stand]): no copy of the cache, and
+    # nothing computed early
+    assert all(d.inplace for d in decisions), [d.explain() for d in decisions]
+    assert decisions[0].detail == "", decisions[0].explain()
+
+
+def old_value_summed_after(h, kv):
+    old = kv[0] * 1  # read after the regions: would read layer 0 after the first one wrote it
+    for layer in range(kv.shape[0]):
+        h = _block(h, kv[layer])
+    return h, old + h
+
+
+def test_an_old_value_read_after_is_computed_before_the_region(strategy):
+    calls = _compile_and_check(old_value_summed_after)
+    decisions = [d for c in calls for d in c.decisions]
+    # it is computed before that region instead of a copy of the cache
     assert all(d.inplace for d in decisions), [d.explain() for d in decisions]
     assert "computed before the call" in decisions[0].detail, decisions[0].explain()
 

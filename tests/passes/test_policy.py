@@ -198,22 +198,38 @@ def test_a_new_backend_is_a_policy_subclass():
     assert str(policy) == "recording"
 
 
-def test_reductions_inductor_computes_where_they_stand():
-    # Note [Reductions Inductor computes where they stand]
+def _lazy_nodes(f, tracing_mode, *inputs):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from autofunc.backends.inductor.policy import lazy_under_inductor
 
-    def f(big, small):
-        return big.sum(), big.amax(0), big.mean(), small.sum(1), small.sum(), big * 2
+    gm = make_fx(f, tracing_mode=tracing_mode)(*inputs)
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    return {n.name: lazy_under_inductor(n) for n in calls if n.target != torch.ops.aten.sym_size.int}
 
-    def lazy(tracing_mode):
-        gm = make_fx(f, tracing_mode=tracing_mode)(torch.randn(6, 3, 3), torch.randn(2, 2))
-        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-        nodes = [n for n in calls if n.target != torch.ops.aten.sym_size.int]
-        return [lazy_under_inductor(n) for n in nodes]
+
+def test_reductions_inductor_computes_where_they_stand():
+    # Note [Reductions Inductor computes where they stand]
+    def f(big, small):
+        rs = big.sum(), big.amax(0), big.mean(), small.sum(1), small.sum(), big * 2
+        return sum(r.sum() for r in rs)  # none of them returned
 
     # 54 elements reduced; 6 elements into 9 (unrolled); 54; 2 (unrolled); 4 into one on a CPU;
     # a pointwise node
-    assert lazy("fake") == [False, True, False, True, False, True]
-    assert lazy("symbolic") == [True] * 6  # sizes not known: lazy, as every aten node
+    first = ["sum_1", "amax", "mean", "sum_2", "sum_3", "mul"]
+    lazy = _lazy_nodes(f, "fake", torch.randn(6, 3, 3), torch.randn(2, 2))
+    assert [lazy[n] for n in first] == [False, True, False, True, False, True]
+    lazy = _lazy_nodes(f, "symbolic", torch.randn(6, 3, 3), torch.randn(2, 2))
+    assert [lazy[n] for n in first] == [True] * 6  # sizes not known: lazy, as every aten node
+
+
+def test_returned_values_inductor_computes_where_they_stand():
+    # Note [Returned values Inductor computes where they stand]
+    def f(x):
+        return x * 2, x.sum() * 2, x[0], x.select_scatter(x[0] * 3, 0, 1), (x + 1).t()
+
+    lazy = _lazy_nodes(f, "fake", torch.randn(3, 4))
+    # returned: x * 2 computed where it stands; the 0-d product, the scatter and the
+    # transposed sum stay lazy (a view is returned, its base is what is computed)
+    assert lazy["mul"] is False and lazy["mul_1"] is True
+    assert lazy["select_scatter"] is True and lazy["add"] is True

@@ -11,6 +11,7 @@ they stand]) and sets none.
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -29,7 +30,7 @@ from ...passes.walks import view_walk
 from ...symbolic import contiguous_or_false, is_symbolic, overlaps_itself
 from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
 from .ops import DTYPE_VIEW, FRESH_ALIAS, WRITTEN
-from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
+from .repairs import INPLACEABLE, REPAIRS_AFTER, REPAIRS_BEFORE
 
 __all__ = ["INDUCTOR", "InductorPolicy", "computed_where_taken", "lazy_under_inductor"]
 
@@ -60,7 +61,9 @@ def lazy_under_inductor(reader: fx.Node) -> bool:
         return lazy_under_inductor(reader.args[0])
     if reader.op != "call_function" or not _lazy_target(target):
         return False
-    return target not in _REDUCTIONS or not _reduction_realized(reader)
+    if target in _REDUCTIONS and _reduction_realized(reader):
+        return False
+    return not _returned_realized(reader)
 
 
 # Reductions Inductor lowers through ``make_reduction`` (``mean`` through its ``sum``).
@@ -109,6 +112,39 @@ def _reduction_realized(node: fx.Node) -> bool:
         return False
     on_cpu = inp.device.type == "cpu"
     return reduced >= threshold or (n_out == 1 and on_cpu)
+
+
+def _returned_realized(node: fx.Node) -> bool:
+    """Note [Returned values Inductor computes where they stand]
+    Inductor gives a tensor the graph returns the strides the graph records when it lowers it
+    (``GraphLowering.run_node``: ``require_exact_strides`` of a node with an ``output`` user),
+    and a value not computed yet gets them by being computed into a buffer right there
+    (``copy_input`` realizes), which every later user reads. So a returned pointwise node
+    reads the memory a later call writes before the call: ``r = b * 3; op(b); return r, r[:2]
+    * 2`` needs no clone of ``b`` and nothing computed early, even where a later call writes
+    ``r`` (PyTorch's built-in writes ``b`` in place there). Not for a 0-d tensor (Inductor fixes
+    no strides of one), a view (its base is what is computed), strides with unbacked symbols
+    (none fixed), nor a scatter, which Inductor re-inplaces into the input it is copied back to
+    and whose returned value a repair may replace by a copy (Note [Returned scatters under
+    Inductor] in repairs.py).
+
+    Whether a node is returned is the graph's answer when the pass first asks, as the alias
+    analysis does for every node when the pass begins (``_RETURNED``): the pass's rewrites
+    return more nodes (a folded scatter's target), and a node returned only after a call was
+    rewritten counts as lazy throughout, so that the analysis and the later rules agree. No
+    rewrite of the pass stops returning a node this admits."""
+    returned = _RETURNED.get(node)
+    if returned is None:
+        returned = _RETURNED[node] = any(u.op == "output" for u in node.users)
+    if not returned or node.target in INPLACEABLE:
+        return False
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dim() == 0 or val._is_view():
+        return False
+    return not free_unbacked_symbols(val.stride())
+
+
+_RETURNED: weakref.WeakKeyDictionary[fx.Node, bool] = weakref.WeakKeyDictionary()
 
 
 def _unroll_threshold() -> int | None:

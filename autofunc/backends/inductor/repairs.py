@@ -23,7 +23,7 @@ from ...passes.memory_ops import VIEW_OPS
 from ...passes.walks import copy_calls, input_copies, users_through_views, view_root, view_walk
 from .share_views import share_input_views
 
-__all__ = ["REPAIRS_AFTER", "REPAIRS_BEFORE"]
+__all__ = ["INPLACEABLE", "REPAIRS_AFTER", "REPAIRS_BEFORE"]
 
 log = get_logger("autofunc.backends.inductor.repairs")
 
@@ -198,14 +198,14 @@ def _may_write(user: fx.Node, base: fx.Node) -> bool:
         return False
     if user.target in mutation_targets() or isinstance(user.target, torch._ops.HigherOrderOperator):
         return True
-    if user.target is _aten.copy_.default or user.target in _INDUCTOR_INPLACEABLE:
+    if user.target is _aten.copy_.default or user.target in INPLACEABLE:
         return view_root(user.args[0]) is base
     return isinstance(user.target, torch._ops.OpOverload) and user.target._schema.is_mutable
 
 
 # Functional ops that Inductor's own re-inplacing (which runs after this pass) may turn into a
 # write of their first argument: the result then *is* that argument's buffer.
-_INDUCTOR_INPLACEABLE = frozenset(
+INPLACEABLE = frozenset(
     {
         _aten.select_scatter.default,
         _aten.slice_scatter.default,
@@ -215,14 +215,14 @@ _INDUCTOR_INPLACEABLE = frozenset(
         _aten._unsafe_index_put.default,
     }
 )
-_VIEWS_AND_INPLACEABLE = VIEW_OPS | _INDUCTOR_INPLACEABLE
+_VIEWS_AND_INPLACEABLE = VIEW_OPS | INPLACEABLE
 
 
 def _written_input(node: fx.Node) -> fx.Node | None:
     """The graph input whose buffer ``node``'s value may end up in after Inductor re-inplaces
     the scatters it is built from (through views), or ``None``."""
     *steps, root = view_walk(node, _VIEWS_AND_INPLACEABLE)
-    scattered = any(n.target in _INDUCTOR_INPLACEABLE for n in steps)
+    scattered = any(n.target in INPLACEABLE for n in steps)
     return root if scattered and root.op == "placeholder" else None
 
 
@@ -294,7 +294,7 @@ def _copy_point(ctx: Pass, arg: fx.Node, out: fx.Node) -> fx.Node:
     while node is not out:
         base = node.args[0] if node.op == "call_function" and node.args else None
         if (
-            node.target in _INDUCTOR_INPLACEABLE
+            node.target in INPLACEABLE
             and isinstance(base, fx.Node)
             and ctx.analysis.same_memory(base, arg)
         ):
