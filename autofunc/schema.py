@@ -19,7 +19,7 @@ from .errors import UnsupportedOpError
 __all__ = ["ArgKind", "MutableArg", "OpInfo", "RESERVED_KWARGS", "op_info", "resolve"]
 
 # Keyword names the HOPs use for their own bookkeeping; an op argument may not be called this.
-RESERVED_KWARGS = ("_op", "_bases", "_views", "_aliases", "_reads", "_read_views")
+RESERVED_KWARGS = ("_op", "_bases", "_views", "_aliases", "_reads", "_read_views", "_same")
 
 
 class ArgKind(enum.Enum):

@@ -284,6 +284,31 @@ def test_aliased_arguments_stay_distinct_objects(strategy, path):
         assert _identity_seen == [False, False]
 
 
+@pytest.mark.parametrize("strategy", ["v1", "v2"])
+@pytest.mark.parametrize("path", ["hop", "pass", "inductor"])
+def test_one_object_stays_one_object(strategy, path):
+    # Eager passes op(x, x) one object twice; it used to arrive as two (the second a fresh
+    # alias, an extern kernel under Inductor). v2's wire names it (``_same``).
+    from autofunc.testing import compile_capture
+
+    def f(x):
+        _two(x, x)
+        return x + 0
+
+    with autofunc.register(_two, strategy=strategy):
+        _identity_seen.clear()
+        e = torch.ones(3)
+        expected = f(e)
+        if path == "inductor":
+            compiled = torch.compile(f, backend="inductor")
+        else:
+            compiled, _ = compile_capture(f, reinplace_pass=path == "pass")
+        x = torch.ones(3)
+        got = compiled(x)
+        assert same_result(got, expected) and same_result(x, e)
+        assert _identity_seen == [True, True]
+
+
 def test_reports_are_collected_per_block_and_bounded():
     # Reports used to accumulate for the life of the process.
     from autofunc import inductor, reports

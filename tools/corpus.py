@@ -1350,3 +1350,18 @@ def returned_read_before_write(a):
     s = r.clone().amax() + r.mean()
     add_(a, s)
     return r
+
+
+@program(
+    lambda: (torch.randn(3, dtype=torch.float64),),
+    "two(r, r) and write_list([c, c], r): one object passed as two written arguments",
+)
+def one_object_written_twice(a):
+    # Note [Arguments keep their identity]: eager's one object; a fresh alias (an extern
+    # kernel under Inductor) for the second changed how Inductor reuses buffers (fuzz seed
+    # 20261609 #28, #71, #128: +8 B)
+    r = a.sum() * -2.0
+    c = (a * 3).sum().unsqueeze(-1).cumsum(0)
+    two(r, r)
+    write_list([c, c], r)
+    return c.sum(0) * 1.5, r

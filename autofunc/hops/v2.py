@@ -16,7 +16,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
 
 from .. import regions, views
-from ..errors import AutofuncError, UnsupportedCallError
+from ..errors import AutofuncError, MalformedViewsError, UnsupportedCallError
 from ..schema import RESERVED_KWARGS, OpInfo, op_info, resolve
 from .adapter import Mutation, Slot, register_adapter
 from .common import (
@@ -43,9 +43,11 @@ from .v2_wire import (
     ReadAlias,
     ViewsEntry,
     decode_aliases,
+    decode_same,
     decode_reads,
     decode_views,
     encode_aliases,
+    encode_same,
     encode_reads,
     encode_views,
     regenerate,
@@ -63,10 +65,12 @@ __all__ = [
     "autofunc_v2_functionalize",
     "autofunc_v2_proxy",
     "decode_aliases",
+    "decode_same",
     "decode_reads",
     "decode_views",
     "eager_aliases",
     "encode_aliases",
+    "encode_same",
     "encode_reads",
     "encode_views",
     "functionalize_v2",
@@ -78,7 +82,8 @@ __all__ = [
 
 class AutoFunctionalizedV2(AutofuncHOP):
     """``autofunc_v2(_op: str, _bases: list[Tensor], _views: tuple, _aliases: tuple = (),
-    _reads: tuple = (), _read_views: tuple = (), **other_kwargs) -> (*op_outputs, *new_bases)``
+    _reads: tuple = (), _read_views: tuple = (), _same: tuple = (), **other_kwargs) ->
+    (*op_outputs, *new_bases)``
 
     Semantics, as plain Python::
 
@@ -86,6 +91,7 @@ class AutoFunctionalizedV2(AutofuncHOP):
         new_bases = [clone_exact(b) for b in _bases]
         args = {name: regenerate(view, new_bases) for each mutable argument}  # see decode_views
         args |= {name: regenerate(view, new_bases) for each read named in _reads}
+        args |= {label: args[earlier] for each label=earlier in _same}
         args |= {read: args[mutable] for each read=mutable in _aliases}
         out = op(**other_kwargs, **args)
         return (*out, *new_bases)
@@ -95,7 +101,8 @@ class AutoFunctionalizedV2(AutofuncHOP):
     :func:`decode_views` (Note [A flat wire format] in ``views``). ``_reads``/``_read_views``
     do the same for the read arguments over the memory the call writes (Note [Read arguments
     see the written memory]); ``_aliases`` names those that are exactly a mutable argument's
-    memory (Note [Read arguments eager aliases]).
+    memory (Note [Read arguments eager aliases]); ``_same`` names the regenerated tensors
+    eager passed as one object (Note [Arguments keep their identity] in common.py).
 
     Note [Why v2 clones bases]
     Cloning the argument (v1) leaves a view's mutation to be scattered back into its base by
@@ -117,28 +124,36 @@ def autofunc_v2_dense(
     _aliases: tuple = (),
     _reads: tuple = (),
     _read_views: tuple = (),
+    _same: tuple = (),
     **kwargs: Any,
 ) -> tuple:
     info = op_info(resolve(_op))
     new_bases = [clone_exact(b) for b in _bases]
     new_kwargs = dict(kwargs)
+    same = decode_same(_same)
     distinct = Distinct(lambda t: torch.ops.aten.alias.default(t), id)
+    made: dict[str, torch.Tensor] = {}
+
+    def tensor(label: str, view: ArgView) -> torch.Tensor:
+        # Note [Arguments keep their identity]: eager's one object where it passed one
+        made[label] = made[same[label]] if label in same else distinct(regenerate(view, new_bases))
+        return made[label]
+
     for name, view in decode_views(info, _views).items():
         if isinstance(view, list):
             new_kwargs[name] = [
-                None if v is None else distinct(regenerate(v, new_bases)) for v in view
+                None if v is None else tensor(f"{name}[{i}]", v) for i, v in enumerate(view)
             ]
         else:
-            new_kwargs[name] = None if view is None else distinct(regenerate(view, new_bases))
+            new_kwargs[name] = None if view is None else tensor(name, view)
     for name, view in decode_reads(info, _reads, _read_views).items():
         if isinstance(view, list):  # an element without a view is passed as the call gives it
             given = kwargs[name]
             new_kwargs[name] = [
-                given[i] if v is None else distinct(regenerate(v, new_bases))
-                for i, v in enumerate(view)
+                given[i] if v is None else tensor(f"{name}[{i}]", v) for i, v in enumerate(view)
             ]
         else:
-            new_kwargs[name] = distinct(regenerate(view, new_bases))
+            new_kwargs[name] = tensor(name, view)
     for alias in decode_aliases(_aliases):  # Note [Read arguments eager aliases]
         same = new_kwargs[alias.mutable]
         new_kwargs[alias.read] = same if alias.same_object else torch.ops.aten.alias.default(same)
@@ -275,6 +290,9 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     extra: dict[str, Any] = {"_aliases": encode_aliases(aliases)} if aliases else {}
     if reads:
         extra["_reads"], extra["_read_views"] = encode_reads(reads)
+    same = _same_objects(info, arguments, reads)
+    if same:
+        extra["_same"] = encode_same(same)
     with ctx.redispatch_to_next():
         flat = auto_functionalized_v2(
             info.qualname,
@@ -287,6 +305,32 @@ def functionalize_v2(ctx: Any, op: torch._ops.OpOverload, args: tuple, kwargs: d
     for old, new in zip(bases.tensors, new_bases, strict=True):
         write_back(ctx, old, new)
     return call_result(ctx, info, outs, arguments)
+
+
+def _same_objects(info: OpInfo, arguments: dict, reads: dict) -> dict[str, str]:
+    """Of the tensors the HOP regenerates from the bases (the mutable ones, then the read
+    views, as the op receives them), each that eager passed as the very object of an earlier
+    one, by label (``"xs[2]"``): ``{label: earlier label}`` (Note [Arguments keep their
+    identity] in common.py)."""
+    labelled: list[tuple[str, Any]] = []
+    for arg in info.mutable_args:
+        value = arguments.get(arg.name)
+        if arg.kind.is_list:
+            labelled += [(f"{arg.name}[{i}]", t) for i, t in enumerate(value or ()) if t is not None]
+        elif value is not None:
+            labelled.append((arg.name, value))
+    for name, entry in reads.items():
+        value = arguments[name]
+        if isinstance(entry, list):
+            labelled += [(f"{name}[{i}]", value[i]) for i, v in enumerate(entry) if v is not None]
+        else:
+            labelled.append((name, value))
+    first: dict[int, str] = {}
+    return {
+        label: first[id(t)]
+        for label, t in labelled
+        if first.setdefault(id(t), label) != label
+    }
 
 
 def _check_bases(info: OpInfo, kw: dict, bases: _Bases) -> None:
@@ -361,7 +405,17 @@ class V2Adapter:
                     same_object=alias.same_object,
                 )
             )
-        return Mutation(info, self.strategy, tuple(node.kwargs["_bases"]), tuple(slots), kwargs)
+        same = decode_same(node.kwargs.get("_same", ()))
+        if any(k not in by_label or v not in by_label for k, v in same.items()):
+            raise MalformedViewsError(f"_same names a tensor the call does not regenerate: {same}")
+        return Mutation(
+            info,
+            self.strategy,
+            tuple(node.kwargs["_bases"]),
+            tuple(slots),
+            kwargs,
+            same_objects=same,
+        )
 
 
 # -- the rules of ``autofunc_v2`` (the shared bodies: hops/common.py) -------------------------

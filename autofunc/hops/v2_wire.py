@@ -4,8 +4,10 @@
 (:func:`encode_aliases`) names the read arguments that are exactly the memory of a mutable one;
 ``_reads`` and ``_read_views`` (:func:`encode_reads`) regenerate the other read arguments that
 share the memory the call writes from a base, as mutable ones are (Note [Read arguments see the
-written memory] in hops/v2.py). All of it is flat tuples of ints or strings (Note [A flat wire
-format] in ``views``). Imports ``views``, ``schema`` and ``errors`` only.
+written memory] in hops/v2.py); ``_same`` (:func:`encode_same`) names the tensors regenerated
+from the bases that eager passed as one object (Note [Arguments keep their identity] in
+hops/common.py). All of it is flat tuples of ints or strings (Note [A flat wire format] in
+``views``). Imports ``views``, ``schema`` and ``errors`` only.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ __all__ = [
     "ViewsEntry",
     "decode_aliases",
     "decode_reads",
+    "decode_same",
     "decode_views",
     "encode_aliases",
     "encode_reads",
+    "encode_same",
     "encode_views",
     "regenerate",
 ]
@@ -200,3 +204,21 @@ def decode_reads(info: OpInfo, names: Sequence[str], wire: Sequence) -> dict[str
     args = [(n, n in info.tensor_list_args) for n in names]
     return _decode_entries(info.qualname, "_read_views", args, wire)
 
+
+
+def encode_same(same: dict[str, str]) -> tuple[str, ...]:
+    """The ``_same`` keyword: ``"label=earlier"`` for each tensor regenerated from the bases
+    (a mutable argument or element, ``"xs[2]"``, or a read view) that eager passed as the very
+    object it passed as the ``earlier`` one."""
+    return tuple(f"{label}={earlier}" for label, earlier in same.items())
+
+
+def decode_same(wire: Sequence[str]) -> dict[str, str]:
+    """``_same`` -> ``{label: earlier label}``."""
+    out = {}
+    for item in wire:
+        label, sep, earlier = str(item).partition("=")
+        if not sep or not label or not earlier or earlier == label:
+            raise MalformedViewsError(f"malformed _same entry {item!r}")
+        out[label] = earlier
+    return out

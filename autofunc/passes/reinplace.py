@@ -416,7 +416,9 @@ def _emit_call(
     shared: dict = {}  # the chains' common prefixes, emitted once
     tensors: dict[str, fx.Node] = {}  # slot label -> its tensor
     for s in m.slots:  # mutable, then read-only ones of their own chains, then exact aliases
-        if s.read_only:  # Note [A dtype view Inductor keeps]: its steps are the policy's
+        if s.label in m.same_objects:  # eager's one object as both
+            tensors[s.label] = tensors[m.same_objects[s.label]]
+        elif s.read_only:  # Note [A dtype view Inductor keeps]: its steps are the policy's
             view = emit_view(ctx, new_bufs[s.buffer], s.relative_chain, read_only=True)
             tensors[s.label] = distinct(view)
         elif s.same_as is None:

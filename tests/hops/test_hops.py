@@ -268,6 +268,19 @@ def test_aliases_wire_round_trip_and_malformed():
             decode_aliases(bad)
 
 
+def test_same_wire_round_trip_and_malformed():
+    # Note [Arguments keep their identity]: the regenerated tensors eager passed as one object
+    from autofunc.errors import MalformedViewsError
+    from autofunc.hops.v2 import decode_same, encode_same
+
+    same = {"b": "a", "xs[2]": "xs[0]"}
+    assert encode_same(same) == ("b=a", "xs[2]=xs[0]")
+    assert decode_same(encode_same(same)) == same
+    for bad in (("b",), ("=a",), ("b=",), ("a=a",)):
+        with pytest.raises(MalformedViewsError, match="_same"):
+            decode_same(bad)
+
+
 def test_dense_hands_the_op_one_tensor_for_an_eager_alias():
     # copy_into reads src after writing dst: given one tensor for both (as eager was), it reads
     # what it wrote; the HOP reproduces that on its copy of the base

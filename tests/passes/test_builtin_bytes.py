@@ -9,13 +9,19 @@ import torch
 
 from autofunc.testing import run_against_eager
 from tools import corpus
+from tools import fuzzing as fuzz
 from tools.compare import bytes_gate, run_program
+from tools.fuzzing.builtin import against_builtin
 
 FOUND = [
     "returned_view_after_scatter",  # Note [Returned scatters under Inductor]
     "reduction_read_before_write",  # Note [Reductions Inductor computes where they stand]
     "returned_read_before_write",  # Note [Returned values Inductor computes where they stand]
+    "one_object_written_twice",  # Note [Arguments keep their identity]
 ]
+# Fuzz programs kept as drawn (seed, index): one object passed as two arguments of a call, the
+# second a fresh alias Inductor runs as an extern kernel (Note [Arguments keep their identity])
+FUZZ = [(20261609, 71), (20261609, 128)]
 
 
 @pytest.mark.parametrize("name", FOUND)
@@ -35,3 +41,10 @@ def test_a_reduction_inductor_unrolls_is_still_a_lazy_read(strategy):
     compiled = torch.compile(p.fn, backend="inductor", fullgraph=True)
     check = run_against_eager(p.fn, compiled, p.inputs())
     assert check.correct, check.mismatch
+
+
+@pytest.mark.parametrize("seed, index", FUZZ)
+def test_fuzz_program_no_more_bytes_than_the_builtin_v2(seed, index):
+    verdict = against_builtin(fuzz.program_for(seed, index), "inductor")
+    assert verdict.builtin == "right", verdict.failures
+    assert verdict.outcome("v2") == "ok", (verdict.failure("v2"), verdict.allocated)
