@@ -56,14 +56,25 @@ _EXTERN_READERS = frozenset(
 def lazy_under_inductor(reader: fx.Node) -> bool:
     """Whether Inductor may evaluate ``reader`` later than its place in the graph (an element
     of a lazy node's tuple is as lazy as the node)."""
-    target = reader.target
-    if target is operator.getitem and isinstance(reader.args[0], fx.Node):
-        return lazy_under_inductor(reader.args[0])
-    if reader.op != "call_function" or not _lazy_target(target):
+    if not _lazy_kind(reader):
         return False
-    if target in _REDUCTIONS and _reduction_realized(reader):
+    if reader.target is operator.getitem:
+        return lazy_under_inductor(reader.args[0])
+    if reader.target in _REDUCTIONS and _reduction_realized(reader):
         return False
     return not _returned_realized(reader)
+
+
+def _lazy_kind(node: fx.Node) -> bool:
+    """Whether ``node`` is of a kind Inductor computes lazily, into a buffer whose layout it
+    chooses: what a pin is for (``InductorPolicy.pin_root``), whatever the node's place makes
+    Inductor compute it early (Notes [Reductions Inductor computes where they stand],
+    [Returned values Inductor computes where they stand] answer when, not how it is laid out:
+    a realized reduction keeps a flexible layout, and a returned value may be padded)."""
+    target = node.target
+    if target is operator.getitem and isinstance(node.args[0], fx.Node):
+        return _lazy_kind(node.args[0])
+    return node.op == "call_function" and _lazy_target(target)
 
 
 # Reductions Inductor lowers through ``make_reduction`` (``mean`` through its ``sum``).
@@ -365,7 +376,7 @@ class InductorPolicy(Policy):
             not chain
             or not isinstance(root.target, torch._ops.OpOverload)
             or not isinstance(root.meta.get("val"), torch.Tensor)
-            or not lazy_under_inductor(root)
+            or not _lazy_kind(root)
             or (
                 root.meta["val"]._has_symbolic_sizes_strides
                 and free_unbacked_symbols(root.meta["val"])
