@@ -1365,3 +1365,16 @@ def one_object_written_twice(a):
     two(r, r)
     write_list([c, c], r)
     return c.sum(0) * 1.5, r
+
+
+@program(
+    lambda: (torch.randn(4, 3, 6, dtype=torch.float64)[::2],),
+    "a[:, 1:2].mul_(-1) on a gappy input, then ret_after_write(v, v.flatten()): a scatter with "
+    "the input's gappy strides, written in place through a pin of it",
+)
+def scatter_of_a_gappy_input_written(a):
+    # Note [A pinned root keeps its layout]: the scatter was cloned into a span of its own
+    # (fuzz seed 20261701 #59: 288 B over the built-in)
+    v = a[:, 1:2:3]
+    v.mul_(-1.0)
+    return ret_after_write(v, v.flatten())

@@ -900,7 +900,9 @@ def permuted_view_read_before_the_call(b):
 @pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
 def test_layout_fixed_after_a_view_used_it(fuzz_strategy):
     # Note [A layout fixed after it was used]: in place, the cumsum read b.t() of the layout
-    # Inductor had first chosen (PyTorch's built-in is wrong the same way); the clone keeps it
+    # Inductor had first chosen (PyTorch's built-in is wrong the same way). Note [A pinned root
+    # keeps its layout]: the pin of b's new value fixes it where it is computed, before the
+    # cumsum: written in place, right
     from autofunc.inductor import collect_reports
 
     torch._dynamo.reset()
@@ -915,7 +917,7 @@ def test_layout_fixed_after_a_view_used_it(fuzz_strategy):
             torch.randn(2, 3, dtype=torch.float64).permute(1, 0),
         )
     (d,) = [d for r in reports for c in r.calls for d in c.decisions]
-    assert d.reason is autofunc.Reason.LAYOUT_FIXED_LATE
+    assert d.reason is autofunc.Reason.INPLACE, d.explain()
 
 
 # -- a pinned view of a buffer Inductor has not computed yet (fuzz seed 20261253 #28) ---------

@@ -26,7 +26,7 @@ from ...passes.facts import aliased_args
 from ...passes.memory_ops import VIEW_OPS, storage_address
 from ...passes.policy import LateReads, Policy
 from ...passes.targets import per_target
-from ...passes.walks import view_walk
+from ...passes.walks import view_root, view_walk
 from ...symbolic import contiguous_or_false, is_symbolic, overlaps_itself
 from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
 from .ops import DTYPE_VIEW, FRESH_ALIAS, WRITTEN
@@ -174,6 +174,35 @@ def _lazy_target(target: Any) -> bool:
     return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS
 
 
+def _pinnable_root(node: fx.Node) -> bool:
+    """Whether the root of ``node``'s views is a buffer the pass pins when it writes ``node`` in
+    place (``InductorPolicy.pin_root`` for a view, ``InductorPolicy.pin`` for the root itself).
+
+    Note [A pinned root keeps its layout]
+    Inductor gives a node one of whose users is an ``as_strided`` exactly the strides the graph
+    records, where it lowers that node (``GraphLowering.run_node``: ``require_exact_strides``,
+    no padding), so every later user, the op's views among them, sees the recorded layout. A
+    computed buffer whose recorded strides are not contiguous (a scatter into a gappy input,
+    a permuted product) is then written in place through a pin of its root, as PyTorch's
+    built-in does, instead of being cloned into a fixed span (fuzz seed 20261701 #59: 288 B
+    over the built-in): neither the rule "a layout the backend chooses" nor the layout fixed
+    late by the call (Note [A layout fixed after it was used]) holds, since the layout is fixed
+    before any other user of the root is lowered. Only a root (never a view: Note [A written
+    view of an unrealized buffer]) of a kind Inductor lays out itself, without unbacked sizes,
+    the roots ``pin_root`` pins."""
+    nodes = list(view_walk(node))
+    while _reshape_view(nodes[-1]):  # Note [A reshape that views its input]
+        nodes += view_walk(nodes[-1].args[0])
+    root = nodes[-1]
+    val = root.meta.get("val")
+    return (
+        isinstance(root.target, torch._ops.OpOverload)
+        and isinstance(val, torch.Tensor)
+        and _lazy_kind(root)
+        and not (val._has_symbolic_sizes_strides and free_unbacked_symbols(val))
+    )
+
+
 def _reshape_view(node: Any) -> bool:
     """Note [A reshape that views its input]
     ``aten.reshape`` is no view op in general (it copies where strides do not allow a view), so
@@ -250,7 +279,9 @@ class InductorPolicy(Policy):
     name: ClassVar[str] = "inductor"
 
     def chooses_layout(self, node: fx.Node) -> bool:
-        return node.op != "placeholder"  # Note [Layouts Inductor chooses]
+        # Note [Layouts Inductor chooses]; not where the pass pins the root (Note [A pinned
+        # root keeps its layout])
+        return node.op != "placeholder" and not _pinnable_root(node)
 
     def must_fold_scatters(self, buf: fx.Node) -> bool:
         return True  # Note [Views of graph inputs]
@@ -319,7 +350,25 @@ class InductorPolicy(Policy):
         return CloneKind.SPAN
 
     def pin(self, ctx: Pass, buf: Buffer, m: Mutation) -> bool:
-        return self._aliased(ctx, buf, m) or self._views_of_unrealized(buf)
+        return (
+            self._aliased(ctx, buf, m)
+            or self._views_of_unrealized(buf)
+            or self._unfixed_root(buf.node)
+        )
+
+    @staticmethod
+    def _unfixed_root(node: fx.Node) -> bool:
+        """Whether ``node`` is a root whose recorded strides Inductor would not keep unless
+        pinned (Note [A pinned root keeps its layout]); a view's root is pinned by
+        ``pin_root``."""
+        val = node.meta.get("val")
+        return (
+            view_root(node) is node
+            and not _reshape_view(node)
+            and isinstance(val, torch.Tensor)
+            and not contiguous_or_false(val)
+            and _pinnable_root(node)
+        )
 
     @staticmethod
     def _aliased(ctx: Pass, buf: Buffer, m: Mutation) -> bool:
