@@ -1378,3 +1378,17 @@ def scatter_of_a_gappy_input_written(a):
     v = a[:, 1:2:3]
     v.mul_(-1.0)
     return ret_after_write(v, v.flatten())
+
+
+@program(
+    lambda: (torch.randn(6, 5, dtype=torch.float64),),
+    "r = a * -2; write_then_read(a, r); ret_after_write(r, r.t()); return r: r, read by the "
+    "first call and written by the second, computed before the first through a pin",
+)
+def realized_value_a_later_call_writes(a):
+    # Note [A realized value a later call writes]: a was cloned (fuzz seed 20261701 #129:
+    # 240 B over the built-in)
+    r = a * -2.0
+    write_then_read(a, r)
+    ret_after_write(r, r.t())
+    return r

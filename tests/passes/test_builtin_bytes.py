@@ -19,6 +19,7 @@ FOUND = [
     "returned_read_before_write",  # Note [Returned values Inductor computes where they stand]
     "one_object_written_twice",  # Note [Arguments keep their identity]
     "scatter_of_a_gappy_input_written",  # Note [A pinned root keeps its layout]
+    "realized_value_a_later_call_writes",  # Note [A realized value a later call writes]
 ]
 # Fuzz programs kept as drawn (seed, index): one object passed as two arguments of a call, the
 # second a fresh alias Inductor runs as an extern kernel (Note [Arguments keep their identity])

@@ -1109,9 +1109,18 @@ def realized_value_written_later(a):
 @pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
 def test_a_realized_value_a_later_call_writes(fuzz_strategy):
     # Note [A realized value a later call writes]: Inductor's scheduler raised KeyError under v2
+    # where the realized copy was written; r5 is now computed through a pin, and the input is
+    # written in place
+    from autofunc.inductor import collect_reports
+
     torch.manual_seed(0)
     a = torch.randn(3, 2, dtype=torch.float64)
-    check_fuzz_ops(realized_value_written_later, fuzz_strategy, a)
+    with collect_reports() as reports:
+        check_fuzz_ops(realized_value_written_later, fuzz_strategy, a)
+    first = reports[0].calls[0].decisions
+    if fuzz_strategy == "v2":
+        assert [d.reason for d in first] == [autofunc.Reason.INPLACE], first
+        assert "mul computed before the call" in first[0].detail, first
 
 
 # -- fuzz seed 20261285 #231 (v1, v2; PyTorch's built-in wrong too): a returned scatter ---------

@@ -51,7 +51,7 @@ import torch
 from torch import fx
 
 from ...hops.adapter import mutation_targets, read_node
-from ...passes.emit import emit
+from ...passes.emit import emit, pin_layout
 from ...passes.memory_ops import VIEW_OPS
 from ...passes.walks import users_through_views, view_root
 from ...symbolic import is_symbolic, nbytes_hint
@@ -68,6 +68,9 @@ class Realization(NamedTuple):
     nodes: tuple[fx.Node, ...]
     nbytes: int
     moved: tuple[fx.Node, ...] = ()
+    # of ``nodes``, those computed through a pin rather than a copy (Note [A realized value a
+    # later call writes])
+    pinned: tuple[fx.Node, ...] = ()
 
     def __str__(self) -> str:  # the report's detail of a buffer written in place on it
         moved = ", ".join(n.name for n in self.moved)
@@ -83,6 +86,7 @@ def plan_realization(
     is_lazy: Any,
     moved: tuple[fx.Node, ...] = (),
     written_here: Any = None,
+    pinnable: Any = None,
 ) -> Realization | None:
     """The frontier of ``readers`` at ``call`` (see the Note): the lazy nodes before ``call``
     (or ``moved`` there) reachable from the readers through lazy users, that have a user at
@@ -117,12 +121,16 @@ def plan_realization(
     views = _views_instead(frontier, call, early, here, returned)
     if views:
         moved = tuple(sorted({*moved, *views}))
-    if any(_written_by_a_later_call(n, call) for n in frontier):
+    pinned = tuple(sorted(n for n in frontier if _written_by_a_later_call(n, call)))
+    if pinned and (pinnable is None or not all(pinnable(n) for n in pinned)):
         return None  # Note [A realized value a later call writes]
-    if any(_restrided_for_a_later_region(n, call) for n in frontier):
-        return None
-    cost = sum(nbytes_hint(n.meta["val"]) for n in frontier if n not in returned)
-    return Realization(tuple(sorted(frontier)), cost, moved)
+    if any(_restrided_for_a_later_region(n, call) for n in frontier if n not in pinned):
+        return None  # (a pin keeps the node's strides)
+    # a pinned node costs nothing: the later call takes it as a buffer, which Inductor
+    # computes into memory of its own anyway (only earlier)
+    free = returned.union(pinned)
+    cost = sum(nbytes_hint(n.meta["val"]) for n in frontier if n not in free)
+    return Realization(tuple(sorted(frontier)), cost, moved, pinned)
 
 
 def _views_instead(
@@ -189,8 +197,15 @@ def _written_by_a_later_call(node: fx.Node, call: fx.Node) -> bool:
     scheduler fails on the graph (``KeyError: 'op8'`` in ``compute_ancestors``: the buffer
     ``copy_`` lowers into an ``empty_like`` by renaming depends on itself once a fallback kernel
     mutates it; fuzz seed 20261279 #278, ``r5 = v * -2; m1(v, r5); g = v * 0.5 + r5.mean();
-    m3way(g, g, r5)`` under v2, also before the realization had this check). No such frontier
-    is realized: the call keeps its clone (``LAZY_READ``).
+    m3way(g, g, r5)`` under v2, also before the realization had this check). Such a frontier
+    node is computed through a pin instead, where it is a root Inductor lays out itself
+    (``pinnable``): an ``as_strided`` alias of it with its own geometry, just before the call,
+    which its later users read. Inductor computes a node that an ``as_strided`` takes where it
+    lowers that node (Note [Values computed where they are taken] in policy.py), so before the
+    call, into a buffer of its own that the later call then writes in place, with no renaming
+    (``r5 = a * -2; op(a, r5); op2(r5, r5.t()); return r5``: fuzz seed 20261701 #129 kept a
+    240 B clone of ``a``, PyTorch's built-in none). Any other such frontier is not realized: the
+    call keeps its clone (``LAZY_READ``).
     """
     return any(
         u > call
@@ -263,6 +278,7 @@ def plan_hoist(
     outputs: list[fx.Node],
     is_lazy: Any,
     written_here: Any,
+    pinnable: Any = None,
 ) -> Realization | None:
     """The cheaper way to read the old value before ``call`` (Note [Reads moved back before
     the call]): ``later`` readers moved back (with the inputs they need from after the call),
@@ -303,7 +319,7 @@ def plan_hoist(
                 todo.append(u)
     readers = [*earlier, *later]
     plans = [
-        plan_realization(call, readers, outputs, is_lazy, m, written_here)
+        plan_realization(call, readers, outputs, is_lazy, m, written_here, pinnable)
         for m in (minimal, tuple(sorted(grown)))
     ]
     plans = [p for p in plans if p is not None]
@@ -318,6 +334,14 @@ def realize_before(ctx: Any, call: fx.Node, plan: Realization) -> None:
     graph, analysis = ctx.gm.graph, ctx.analysis
     for f in plan.nodes:
         later = [u for u in f.users if u is not call and (u.op == "output" or u > call)]
+        if f in plan.pinned:  # Note [A realized value a later call writes]
+            with graph.inserting_before(call):
+                pinned = pin_layout(ctx, f)
+            analysis.track(pinned, f)  # a view of f: the reads recorded of f stand
+            analysis.computed_by(f, analysis.position[call])
+            for u in later:
+                u.replace_input_with(f, pinned)
+            continue
         with graph.inserting_before(call):
             empty = emit(ctx, _aten.empty_like.default, (f,))
             copied = emit(ctx, _aten.copy_.default, (empty, f))

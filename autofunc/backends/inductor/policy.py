@@ -203,6 +203,12 @@ def _pinnable_root(node: fx.Node) -> bool:
     )
 
 
+def _pinnable_value(node: fx.Node) -> bool:
+    """Whether a value computed before a call can be computed through a pin of its own (Note
+    [A realized value a later call writes] in lazy_reads.py): a root ``pin_root`` would pin."""
+    return view_root(node) is node and not _reshape_view(node) and _pinnable_root(node)
+
+
 def _reshape_view(node: Any) -> bool:
     """Note [A reshape that views its input]
     ``aten.reshape`` is no view op in general (it copies where strides do not allow a view), so
@@ -310,7 +316,12 @@ class InductorPolicy(Policy):
 
     def plan_realization(self, q: Query, readers: list[fx.Node]) -> Realization | None:
         return plan_realization(
-            q.node, readers, q.ctx.outputs, self._pending(q), written_here=q.written_here
+            q.node,
+            readers,
+            q.ctx.outputs,
+            self._pending(q),
+            written_here=q.written_here,
+            pinnable=_pinnable_value,
         )
 
     @staticmethod
@@ -326,7 +337,15 @@ class InductorPolicy(Policy):
         # the reads an earlier rule's condition covers count as reads before the call
         moved = q.provided.readers if q.provided is not None else ()
         earlier = [*moved, *(r for r in readers if r < q.node and lazy_under_inductor(r))]
-        return plan_hoist(q.node, later, earlier, q.ctx.outputs, self._pending(q), q.written_here)
+        return plan_hoist(
+            q.node,
+            later,
+            earlier,
+            q.ctx.outputs,
+            self._pending(q),
+            q.written_here,
+            _pinnable_value,
+        )
 
     def realize(self, ctx: Pass, call: fx.Node, plan: Realization) -> None:
         realize_before(ctx, call, plan)
