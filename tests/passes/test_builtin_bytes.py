@@ -21,18 +21,20 @@ FOUND = [
     "scatter_of_a_gappy_input_written",  # Note [A pinned root keeps its layout]
     "realized_value_a_later_call_writes",  # Note [A realized value a later call writes]
 ]
+# the old value is read after the call: the clone stays, as small as the built-in's copy
+CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
 # Fuzz programs kept as drawn (seed, index): one object passed as two arguments of a call, the
 # second a fresh alias Inductor runs as an extern kernel (Note [Arguments keep their identity])
 FUZZ = [(20261609, 71), (20261609, 128)]
 
 
-@pytest.mark.parametrize("name", FOUND)
+@pytest.mark.parametrize("name", FOUND + CLONED)
 def test_no_more_bytes_than_the_builtin_v2(name):
     ours, builtin = (run_program(name, c) for c in ("autofunc_v2", "builtin_v2"))
     assert not builtin.error and builtin.correct, builtin  # the bar: a right built-in v2
     assert not ours.error and ours.correct, ours
     assert bytes_gate([ours, builtin]) == []
-    assert ours.clones == 0, ours
+    assert ours.clones == (name in CLONED), ours
 
 
 def test_a_reduction_inductor_unrolls_is_still_a_lazy_read(strategy):

@@ -356,14 +356,24 @@ class InductorPolicy(Policy):
         self, ctx: Pass, node: fx.Node, buf: Buffer | None = None, m: Mutation | None = None
     ) -> CloneKind:
         """A span copy wherever Inductor's layout choice could disagree with the recorded
-        strides (Note [Clones for Inductor] in emit.py)."""
+        strides (Note [Clones for Inductor] in emit.py).
+
+        Note [A contiguous clone pinned]
+        A contiguous buffer that aliasing arguments share is copied with ``aten.clone`` and
+        pinned (``CloneKind.DENSE_PINNED``), not into a span: a contiguous clone has the
+        recorded strides, and the pin fixes them before the arguments' views are taken. Inductor
+        then computes the clone into the buffer of a source no one reads later, where the
+        span's ``full`` + scatter needs memory of its own (fuzz seed 20261702 #53:
+        ``m3way(r, r, r)`` on a cumsum read later, 96 B over PyTorch's built-in)."""
         aliased = buf is not None and m is not None and self._aliased(ctx, buf, m)
         direct = buf is not None and all(c.is_alias for c in buf.chains)
         val = node.meta["val"]
         if overlaps_itself(val) and node.op != "placeholder":
             return CloneKind.DENSE_PINNED if aliased or not direct else CloneKind.DENSE
-        if contiguous_or_false(val) and not aliased:
-            return CloneKind.CLONE
+        if contiguous_or_false(val):
+            # shared by aliasing arguments: one fixed layout, a pin of the clone (Note [A
+            # contiguous clone pinned])
+            return CloneKind.DENSE_PINNED if aliased else CloneKind.CLONE
         if direct and not aliased and node.op == "call_function" and node.target in VIEW_OPS:
             return CloneKind.EMPTY_COPY
         return CloneKind.SPAN
