@@ -128,7 +128,8 @@ def _unfixed_layout(q: Query) -> Verdict:
     reads and writes the wrong elements, or past the allocation (fuzz seed 20261129 #45: heap
     corruption). Such a buffer, taken other than whole, is cloned into a span whose layout is
     fixed (Note [Clones for Inductor]); contiguous buffers, graph inputs and whole buffers keep
-    their own layout."""
+    their own layout, and so do buffers whose root the pass pins (the policy does not count
+    them as chosen: Note [A pinned root keeps its layout] in backends/inductor/policy.py)."""
     ctx, buf = q.ctx, q.buf
     if not ctx.policy.chooses_layout(buf.node):
         return None
