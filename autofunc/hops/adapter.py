@@ -128,9 +128,9 @@ class Mutation:
     slots: tuple[Slot, ...]
     kwargs: dict[str, Any]  # the op's other arguments by name (see the module docstring)
     note: str = ""  # what a report of the call should add (e.g. an analysis that failed)
-    # slot label -> the earlier slot's label whose very tensor it gets: eager passed one object
+    # (slot label, the earlier slot's label whose very tensor it gets): eager passed one object
     # as both (Note [Arguments keep their identity] in common.py); others get their own object
-    same_objects: dict[str, str] = dataclasses.field(default_factory=dict)
+    same_objects: tuple[tuple[str, str], ...] = ()
 
     # Whether the backend gives each argument of the direct call exactly its recorded strides
     # by fixing the layout of a buffer it computes (a custom op, a Triton kernel); else a

@@ -8,6 +8,7 @@ the op receives as views of which base) and its adapter; the wire format of its 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -405,17 +406,14 @@ class V2Adapter:
                     same_object=alias.same_object,
                 )
             )
-        same = decode_same(node.kwargs.get("_same", ()))
+        mutation = Mutation(info, self.strategy, tuple(node.kwargs["_bases"]), tuple(slots), kwargs)
+        wire = node.kwargs.get("_same")
+        if not wire:
+            return mutation
+        same = decode_same(wire)
         if any(k not in by_label or v not in by_label for k, v in same.items()):
             raise MalformedViewsError(f"_same names a tensor the call does not regenerate: {same}")
-        return Mutation(
-            info,
-            self.strategy,
-            tuple(node.kwargs["_bases"]),
-            tuple(slots),
-            kwargs,
-            same_objects=same,
-        )
+        return dataclasses.replace(mutation, same_objects=tuple(same.items()))
 
 
 # -- the rules of ``autofunc_v2`` (the shared bodies: hops/common.py) -------------------------

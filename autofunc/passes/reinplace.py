@@ -415,9 +415,10 @@ def _emit_call(
     distinct = Distinct(lambda n: ctx.policy.alias(ctx, n), lambda n: n)
     shared: dict = {}  # the chains' common prefixes, emitted once
     tensors: dict[str, fx.Node] = {}  # slot label -> its tensor
+    same = dict(m.same_objects)
     for s in m.slots:  # mutable, then read-only ones of their own chains, then exact aliases
-        if s.label in m.same_objects:  # eager's one object as both
-            tensors[s.label] = tensors[m.same_objects[s.label]]
+        if s.label in same:  # eager's one object as both
+            tensors[s.label] = tensors[same[s.label]]
         elif s.read_only:  # Note [A dtype view Inductor keeps]: its steps are the policy's
             view = emit_view(ctx, new_bufs[s.buffer], s.relative_chain, read_only=True)
             tensors[s.label] = distinct(view)

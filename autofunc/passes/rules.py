@@ -131,9 +131,9 @@ def _unfixed_layout(q: Query) -> Verdict:
     their own layout, and so do buffers whose root the pass pins (the policy does not count
     them as chosen: Note [A pinned root keeps its layout] in backends/inductor/policy.py)."""
     ctx, buf = q.ctx, q.buf
-    if not ctx.policy.chooses_layout(buf.node):
-        return None
     if contiguous_or_false(buf.node.meta["val"]) and contiguous_or_false(q.root.meta["val"]):
+        return None
+    if not ctx.policy.chooses_layout(buf.node):
         return None
     whole = all(c.is_alias for c in buf.chains) and not aliased_args(buf, q.written)
     if not whole or not q.m.fixes_layouts:  # Note [Region operands keep no computed layout]

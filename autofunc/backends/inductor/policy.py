@@ -11,7 +11,6 @@ they stand]) and sets none.
 from __future__ import annotations
 
 import operator
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -19,14 +18,14 @@ import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from ...hops.adapter import Mutation
+from ...hops.adapter import Mutation, mutation_targets
 from ...passes.context import Buffer, Pass, Query, written_regions
 from ...passes.emit import CloneKind, emit, pin_layout
 from ...passes.facts import aliased_args
 from ...passes.memory_ops import VIEW_OPS, storage_address
 from ...passes.policy import LateReads, Policy
 from ...passes.targets import per_target
-from ...passes.walks import view_root, view_walk
+from ...passes.walks import users_through_views, view_root, view_walk
 from ...symbolic import contiguous_or_false, is_symbolic, overlaps_itself
 from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
 from .ops import DTYPE_VIEW, FRESH_ALIAS, WRITTEN
@@ -140,13 +139,13 @@ def _returned_realized(node: fx.Node) -> bool:
     Inductor] in repairs.py).
 
     Whether a node is returned is the graph's answer when the pass first asks, as the alias
-    analysis does for every node when the pass begins (``_RETURNED``): the pass's rewrites
+    analysis does for every node when the pass begins (kept in ``node.meta``): the pass's rewrites
     return more nodes (a folded scatter's target), and a node returned only after a call was
     rewritten counts as lazy throughout, so that the analysis and the later rules agree. No
     rewrite of the pass stops returning a node this admits."""
-    returned = _RETURNED.get(node)
+    returned = node.meta.get(_RETURNED)
     if returned is None:
-        returned = _RETURNED[node] = any(u.op == "output" for u in node.users)
+        returned = node.meta[_RETURNED] = any(u.op == "output" for u in node.users)
     if not returned or node.target in INPLACEABLE:
         return False
     val = node.meta.get("val")
@@ -155,7 +154,7 @@ def _returned_realized(node: fx.Node) -> bool:
     return not free_unbacked_symbols(val.stride())
 
 
-_RETURNED: weakref.WeakKeyDictionary[fx.Node, bool] = weakref.WeakKeyDictionary()
+_RETURNED = "autofunc.returned"  # the node's meta key of the answer
 
 
 def _unroll_threshold() -> int | None:
@@ -388,15 +387,22 @@ class InductorPolicy(Policy):
     @staticmethod
     def _unfixed_root(node: fx.Node) -> bool:
         """Whether ``node`` is a root whose recorded strides Inductor would not keep unless
-        pinned (Note [A pinned root keeps its layout]); a view's root is pinned by
-        ``pin_root``."""
+        pinned (Note [A pinned root keeps its layout]): taken whole by the op, whose call fixes
+        its layout, but also read by another node, which may come before the call (Note [A
+        layout fixed after it was used]). A view's root is pinned by ``pin_root``."""
         val = node.meta.get("val")
         return (
-            view_root(node) is node
-            and not _reshape_view(node)
-            and isinstance(val, torch.Tensor)
+            isinstance(val, torch.Tensor)
             and not contiguous_or_false(val)
+            and view_root(node) is node
+            and not _reshape_view(node)
             and _pinnable_root(node)
+            and any(
+                u.op == "call_function"
+                and u.target not in VIEW_OPS
+                and u.target not in mutation_targets()
+                for u in users_through_views(node)
+            )
         )
 
     @staticmethod
