@@ -10,7 +10,7 @@ import torch
 
 from autofunc.passes.memory_ops import SCATTER_VIEWS, VIEW_OPS, read_kind
 from autofunc.passes.emit import _name_of
-from autofunc.backends.inductor.policy import _lazy_target
+from autofunc.backends.inductor.evaluation import _lazy_target
 from autofunc.passes.targets import per_target
 
 

@@ -1,11 +1,10 @@
 """Inductor's policy for the re-inplace pass (:class:`InductorPolicy`, ``INDUCTOR``): the
 answers of the protocol of ``autofunc/passes/policy.py`` for Inductor. What Inductor evaluates
-lazily, and the late reads computed before a call instead of a clone (``lazy_reads.py``); the
-copies and pins its layout choices need (Note [Clones for Inductor]); the two ops it needs
-emitted (``ops.py``); its repairs (``repairs.py``). The glue (``glue.py``) passes ``INDUCTOR``
-to ``reinplace``. Imports the pass's steps but not ``reinplace.py``; of Inductor's
-configuration it reads one setting at compile time (Note [Reductions Inductor computes where
-they stand]) and sets none.
+lazily (``evaluation.py``), and the late reads computed before a call instead of a clone
+(``lazy_reads.py``); the copies and pins its layout choices need (Note [Clones for Inductor]);
+the two ops it needs emitted (``ops.py``); its repairs (``repairs.py``). The glue (``glue.py``)
+passes ``INDUCTOR`` to ``reinplace``. Imports the pass's steps but not ``reinplace.py``, nor
+any Inductor configuration.
 """
 
 from __future__ import annotations
@@ -22,261 +21,26 @@ from ...hops.adapter import Mutation, mutation_targets
 from ...passes.context import Buffer, Pass, Query, written_regions
 from ...passes.emit import CloneKind, emit, pin_layout
 from ...passes.facts import aliased_args
-from ...passes.memory_ops import VIEW_OPS, storage_address
+from ...passes.memory_ops import VIEW_OPS
 from ...passes.policy import LateReads, Policy
-from ...passes.targets import per_target
 from ...passes.walks import users_through_views, view_root, view_walk
-from ...symbolic import contiguous_or_false, is_symbolic, overlaps_itself
+from ...symbolic import contiguous_or_false, overlaps_itself
+from .evaluation import (
+    LATE_READS,
+    computed_where_taken,
+    lazy_kind,
+    lazy_under_inductor,
+    pinnable_root,
+    pinnable_value,
+    reshape_view,
+)
 from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
 from .ops import DTYPE_VIEW, FRESH_ALIAS, WRITTEN
-from .repairs import INPLACEABLE, REPAIRS_AFTER, REPAIRS_BEFORE
+from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
 
 __all__ = ["INDUCTOR", "InductorPolicy", "computed_where_taken", "lazy_under_inductor"]
 
 _aten = torch.ops.aten
-
-# -- what Inductor evaluates lazily (rule "a read the backend evaluates late") ----------
-
-# Aten ops Inductor runs as extern kernels at their place in the program (reads by them are
-# not deferred); every other aten op may be fused into a kernel that runs where its result is
-# first needed.
-_EXTERN_READERS = frozenset(
-    {
-        _aten.mm.default,
-        _aten.addmm.default,
-        _aten.bmm.default,
-        _aten.baddbmm.default,
-        _aten.convolution.default,
-        _aten.copy_.default,  # the epilogue: it reads the final version, never an old one
-    }
-)
-
-
-def lazy_under_inductor(reader: fx.Node) -> bool:
-    """Whether Inductor may evaluate ``reader`` later than its place in the graph (an element
-    of a lazy node's tuple is as lazy as the node)."""
-    if not _lazy_kind(reader):
-        return False
-    if reader.target is operator.getitem:
-        return lazy_under_inductor(reader.args[0])
-    if reader.target in _REDUCTIONS and _reduction_realized(reader):
-        return False
-    return not _returned_realized(reader)
-
-
-def _lazy_kind(node: fx.Node) -> bool:
-    """Whether ``node`` is of a kind Inductor computes lazily, into a buffer whose layout it
-    chooses: what a pin is for (``InductorPolicy.pin_root``), whatever the node's place makes
-    Inductor compute it early (Notes [Reductions Inductor computes where they stand],
-    [Returned values Inductor computes where they stand] answer when, not how it is laid out:
-    a realized reduction keeps a flexible layout, and a returned value may be padded)."""
-    target = node.target
-    if target is operator.getitem and isinstance(node.args[0], fx.Node):
-        return _lazy_kind(node.args[0])
-    return node.op == "call_function" and _lazy_target(target)
-
-
-# Reductions Inductor lowers through ``make_reduction`` (``mean`` through its ``sum``).
-_REDUCTIONS = frozenset(
-    {
-        _aten.sum.default,
-        _aten.sum.dim_IntList,
-        _aten.mean.default,
-        _aten.mean.dim,
-        _aten.amax.default,
-        _aten.amin.default,
-        _aten.max.default,
-        _aten.min.default,
-        _aten.prod.default,
-        _aten.prod.dim_int,
-        _aten.argmax.default,
-        _aten.argmin.default,
-    }
-)
-
-
-def _reduction_realized(node: fx.Node) -> bool:
-    """Note [Reductions Inductor computes where they stand]
-    Inductor lowers a reduction into a buffer of its own right where the graph has it
-    (``make_reduction`` realizes what ``Reduction.create`` returns), so its reads of the memory a
-    later call writes happen before the call, as for an extern kernel: ``r = b.amax(); op(b);
-    return r`` needs neither a clone of ``b`` nor ``r`` computed early (PyTorch's built-in writes
-    ``b`` in place there). Not when ``Reduction.create`` turns the reduction into a pointwise
-    node, which is as lazy as any: over one element, or over fewer elements than the unroll
-    threshold unless the result is one element on a CPU. The threshold is read from Inductor's
-    configuration at compile time; a reduction whose sizes are not static integers, or one
-    whose threshold cannot be read, counts as lazy (as before)."""
-    src = node.args[0] if node.args else None
-    out = node.meta.get("val")
-    inp = src.meta.get("val") if isinstance(src, fx.Node) else None
-    if not (isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor)):
-        return False
-    if is_symbolic(inp.numel()) or is_symbolic(out.numel()):
-        return False  # int() would specialize the size
-    n_in, n_out = int(inp.numel()), int(out.numel())
-    if n_out == 0 or n_in % n_out:
-        return False
-    reduced = n_in // n_out
-    threshold = _unroll_threshold()
-    if threshold is None or reduced <= 1:
-        return False
-    on_cpu = inp.device.type == "cpu"
-    return reduced >= threshold or (n_out == 1 and on_cpu)
-
-
-def _returned_realized(node: fx.Node) -> bool:
-    """Note [Returned values Inductor computes where they stand]
-    Inductor gives a tensor the graph returns the strides the graph records when it lowers it
-    (``GraphLowering.run_node``: ``require_exact_strides`` of a node with an ``output`` user),
-    and a value not computed yet gets them by being computed into a buffer right there
-    (``copy_input`` realizes), which every later user reads. So a returned pointwise node
-    reads the memory a later call writes before the call: ``r = b * 3; op(b); return r, r[:2]
-    * 2`` needs no clone of ``b`` and nothing computed early, even where a later call writes
-    ``r`` (PyTorch's built-in writes ``b`` in place there). Not for a 0-d tensor (Inductor fixes
-    no strides of one), a view (its base is what is computed), strides with unbacked symbols
-    (none fixed), nor a scatter, which Inductor re-inplaces into the input it is copied back to
-    and whose returned value a repair may replace by a copy (Note [Returned scatters under
-    Inductor] in repairs.py).
-
-    Whether a node is returned is the graph's answer when the pass first asks, as the alias
-    analysis does for every node when the pass begins (kept in ``node.meta``): the pass's rewrites
-    return more nodes (a folded scatter's target), and a node returned only after a call was
-    rewritten counts as lazy throughout, so that the analysis and the later rules agree. No
-    rewrite of the pass stops returning a node this admits."""
-    returned = node.meta.get(_RETURNED)
-    if returned is None:
-        returned = node.meta[_RETURNED] = any(u.op == "output" for u in node.users)
-    if not returned or node.target in INPLACEABLE:
-        return False
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or val.dim() == 0 or val._is_view():
-        return False
-    return not free_unbacked_symbols(val.stride())
-
-
-_RETURNED = "autofunc.returned"  # the node's meta key of the answer
-
-
-def _unroll_threshold() -> int | None:
-    try:
-        from torch._inductor import config
-
-        return int(config.unroll_reductions_threshold)
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return None
-
-
-@per_target  # Note [Facts per target]
-def _lazy_target(target: Any) -> bool:
-    if not isinstance(target, torch._ops.OpOverload):
-        return False  # HOPs, getitem
-    return target.namespace in ("aten", "prims") and target not in _EXTERN_READERS
-
-
-def _pinnable_root(node: fx.Node) -> bool:
-    """Whether the root of ``node``'s views is a buffer the pass pins when it writes ``node`` in
-    place (``InductorPolicy.pin_root`` for a view, ``InductorPolicy.pin`` for the root itself).
-
-    Note [A pinned root keeps its layout]
-    Inductor gives a node one of whose users is an ``as_strided`` exactly the strides the graph
-    records, where it lowers that node (``GraphLowering.run_node``: ``require_exact_strides``,
-    no padding), so every later user, the op's views among them, sees the recorded layout. A
-    computed buffer whose recorded strides are not contiguous (a scatter into a gappy input,
-    a permuted product) is then written in place through a pin of its root, as PyTorch's
-    built-in does, instead of being cloned into a fixed span (fuzz seed 20261701 #59: 288 B
-    over the built-in): neither the rule "a layout the backend chooses" nor the layout fixed
-    late by the call (Note [A layout fixed after it was used]) holds, since the layout is fixed
-    before any other user of the root is lowered. Only a root (never a view: Note [A written
-    view of an unrealized buffer]) of a kind Inductor lays out itself, without unbacked sizes,
-    the roots ``pin_root`` pins."""
-    nodes = list(view_walk(node))
-    while _reshape_view(nodes[-1]):  # Note [A reshape that views its input]
-        nodes += view_walk(nodes[-1].args[0])
-    root = nodes[-1]
-    val = root.meta.get("val")
-    return (
-        isinstance(root.target, torch._ops.OpOverload)
-        and isinstance(val, torch.Tensor)
-        and _lazy_kind(root)
-        and not (val._has_symbolic_sizes_strides and free_unbacked_symbols(val))
-    )
-
-
-def _pinnable_value(node: fx.Node) -> bool:
-    """Whether a value computed before a call can be computed through a pin of its own (Note
-    [A realized value a later call writes] in lazy_reads.py): a root ``pin_root`` would pin."""
-    return view_root(node) is node and not _reshape_view(node) and _pinnable_root(node)
-
-
-def _reshape_view(node: Any) -> bool:
-    """Note [A reshape that views its input]
-    ``aten.reshape`` is no view op in general (it copies where strides do not allow a view), so
-    view walks stop at it; where its value shares its input's storage, Inductor lowers it as a
-    view, and the buffer Inductor computes is further down. ``pin_root`` pinned such a reshape
-    as if it were the root: an ``as_strided`` of a view of a buffer not computed yet, which
-    Inductor puts at offset 0 (Note [Pinning a view of a computed buffer] in repairs.py; fuzz
-    seed 20261605 #87 under v1: a written select of a scatter result, the op wrote element 0
-    of the input, not element 9). The walk goes on through it."""
-    if not (
-        isinstance(node, fx.Node)
-        and node.op == "call_function"
-        and node.target is torch.ops.aten.reshape.default
-        and isinstance(node.args[0], fx.Node)
-    ):
-        return False
-    out, src = node.meta.get("val"), node.args[0].meta.get("val")
-    if not (isinstance(out, torch.Tensor) and isinstance(src, torch.Tensor)):
-        return False
-    return storage_address(out) == storage_address(src)
-
-
-def computed_where_taken(user: fx.Node, node: fx.Node) -> bool:
-    """Whether Inductor, where it lowers ``user``, has computed the lazy ``node`` into a buffer
-    of its own at the latest (so that users lowered after it read that buffer).
-
-    Note [Values computed where they are taken]
-    Inductor evaluates a pointwise node where its value is first needed (Note [Lazy reads
-    under Inductor]), but an input of ``as_strided`` it computes at once: the graph lowering
-    fixes the exact strides of a node one of whose users is an ``as_strided`` where it lowers
-    that node, so the value every later user reads is a buffer, and the lowering of
-    ``as_strided`` realizes its input again. The pass's pins (``pin_layout``, Note [A written
-    view of an unrealized buffer]) are such nodes. Users lowered before the ``as_strided``
-    count as computing the node inline all the same (a bound, never relied on to be tight), so
-    the alias analysis ends the node's reads at the ``as_strided`` only for the users after it
-    (``AliasAnalysis``'s walk, and ``AliasAnalysis.computed_by`` for the pins the pass emits,
-    found by ``apply_plan`` on the way to each buffer written in place). A read the rule "a
-    read the backend evaluates late" would copy for is then known to happen before a later
-    call: ``buf = state * 2; op(buf[1:3]); op(state); return buf`` under v1, where the
-    pin of ``buf`` for the first call computes it before the second call writes ``state``
-    (autofunc copied ``state``, 4 bytes more than PyTorch's built-in v1).
-
-    An extern kernel taking the node proves nothing: a custom op with a layout constraint
-    (every op with ``eager_input_vals``, the pass's direct calls among them) gets a copy of a
-    lazy input with the exact strides, computed where the op is lowered, and the node itself
-    stays lazy (``y = x * 2; s = op(y); op2(x); return y * 3`` read ``x`` after ``op2``).
-    Neither does a view of the node passed to ``as_strided``: Inductor may compute the view's
-    elements into a buffer of their own and leave the node lazy.
-    """
-    return (
-        user.target is _aten.as_strided.default
-        and user.args[0] is node
-        and node.op == "call_function"
-        and _own_value(node.target)
-    )
-
-
-@per_target  # Note [Facts per target]
-def _own_value(target: Any) -> bool:
-    """Whether a lazy node of ``target`` is a value of its own, not a view of another."""
-    if not isinstance(target, torch._ops.OpOverload) or target in VIEW_OPS:
-        return False
-    return not any(r.alias_info is not None for r in target._schema.returns)
-
-
-_LATE_READS = LateReads(
-    lazy=lazy_under_inductor, taken=computed_where_taken, taken_by=(_aten.as_strided.default,)
-)
-
 
 class InductorPolicy(Policy):
     """What Inductor does that the pass must respect (each answer names its Note)."""
@@ -286,14 +50,14 @@ class InductorPolicy(Policy):
     def chooses_layout(self, node: fx.Node) -> bool:
         # Note [Layouts Inductor chooses]; not where the pass pins the root (Note [A pinned
         # root keeps its layout])
-        return node.op != "placeholder" and not _pinnable_root(node)
+        return node.op != "placeholder" and not pinnable_root(node)
 
     def must_fold_scatters(self, buf: fx.Node) -> bool:
         return True  # Note [Views of graph inputs]
 
     def late_reads(self) -> LateReads:
         # Notes [Lazy reads under Inductor], [Values computed where they are taken]
-        return _LATE_READS
+        return LATE_READS
 
     def lint(self, graph: fx.Graph) -> None:
         pass  # Inductor lints the graph itself after its post-grad passes
@@ -320,7 +84,7 @@ class InductorPolicy(Policy):
             q.ctx.outputs,
             self._pending(q),
             written_here=q.written_here,
-            pinnable=_pinnable_value,
+            pinnable=pinnable_value,
         )
 
     @staticmethod
@@ -343,7 +107,7 @@ class InductorPolicy(Policy):
             q.ctx.outputs,
             self._pending(q),
             q.written_here,
-            _pinnable_value,
+            pinnable_value,
         )
 
     def realize(self, ctx: Pass, call: fx.Node, plan: Realization) -> None:
@@ -395,8 +159,8 @@ class InductorPolicy(Policy):
             isinstance(val, torch.Tensor)
             and not contiguous_or_false(val)
             and view_root(node) is node
-            and not _reshape_view(node)
-            and _pinnable_root(node)
+            and not reshape_view(node)
+            and pinnable_root(node)
             and any(
                 u.op == "call_function"
                 and u.target not in VIEW_OPS
@@ -451,7 +215,7 @@ class InductorPolicy(Policy):
         static program writes the input in place (48 B, its returned clone).
         """
         nodes = list(view_walk(buf))
-        while _reshape_view(nodes[-1]):  # Note [A reshape that views its input]
+        while reshape_view(nodes[-1]):  # Note [A reshape that views its input]
             nodes += view_walk(nodes[-1].args[0])
         *chain, root = nodes
         if any(v.meta.get("autofunc.pin") for v in chain):
@@ -460,7 +224,7 @@ class InductorPolicy(Policy):
             not chain
             or not isinstance(root.target, torch._ops.OpOverload)
             or not isinstance(root.meta.get("val"), torch.Tensor)
-            or not _lazy_kind(root)
+            or not lazy_kind(root)
             or (
                 root.meta["val"]._has_symbolic_sizes_strides
                 and free_unbacked_symbols(root.meta["val"])
