@@ -1406,3 +1406,16 @@ def clone_for_aliased_arguments(b):
     old = r.cumsum(2).clone()
     two(r, r)
     return old.sum() * -2.0, r
+
+
+@program(
+    lambda: (torch.randn(2, 3, 5, dtype=torch.float64),),
+    "r = b.cumsum(2); add_(b, r); return r[:, :, 3:4]: a scan Inductor runs as an extern "
+    "kernel on a CPU, where it stands",
+)
+def scan_read_before_write(b):
+    # Note [Scans Inductor runs as extern kernels]: a view of r was computed before the call
+    # (fuzz seed 20261704 #54: 888 B over the built-in)
+    r = b.cumsum(2)
+    add_(b, r)
+    return r[:, :, 3:4:2]

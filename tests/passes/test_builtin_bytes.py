@@ -20,6 +20,7 @@ FOUND = [
     "one_object_written_twice",  # Note [Arguments keep their identity]
     "scatter_of_a_gappy_input_written",  # Note [A pinned root keeps its layout]
     "realized_value_a_later_call_writes",  # Note [A realized value a later call writes]
+    "scan_read_before_write",  # Note [Scans Inductor runs as extern kernels]
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]

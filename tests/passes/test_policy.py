@@ -233,3 +233,18 @@ def test_returned_values_inductor_computes_where_they_stand():
     # transposed sum stay lazy (a view is returned, its base is what is computed)
     assert lazy["mul"] is False and lazy["mul_1"] is True
     assert lazy["select_scatter"] is True and lazy["add"] is True
+
+
+def test_scans_inductor_runs_as_extern_kernels_on_a_cpu():
+    # Note [Scans Inductor runs as extern kernels]
+    import torch._inductor.config as inductor_config
+
+    def f(x, s):
+        return (x.cumsum(1).sum(), x.cumprod(0).sum(), s.cumsum(0).sum())
+
+    inputs = (torch.randn(3, 4), torch.randn(()))
+    lazy = _lazy_nodes(f, "fake", *inputs)
+    assert [lazy[n] for n in ("cumsum", "cumprod", "cumsum_1")] == [False, False, True]  # 0-d
+    with inductor_config.patch(cpu_backend="triton"):  # a backend with scans: lowered lazily
+        lazy = _lazy_nodes(f, "fake", *inputs)
+    assert [lazy[n] for n in ("cumsum", "cumprod")] == [True, True]

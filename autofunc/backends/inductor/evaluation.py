@@ -2,8 +2,9 @@
 (``policy.py`` asks; nothing here rewrites the graph): whether a read may happen later than its
 place (``lazy_under_inductor``: the rule "a read the backend evaluates late"), where a lazy value
 is computed at the latest (``computed_where_taken``), and which roots a pin gives their recorded
-layout (``pinnable_root``). Of Inductor's configuration it reads one setting at compile time
-(Note [Reductions Inductor computes where they stand]) and sets none.
+layout (``pinnable_root``). Of Inductor's configuration it reads two settings at compile time
+(Notes [Reductions Inductor computes where they stand], [Scans Inductor runs as extern
+kernels]) and sets none.
 """
 
 from __future__ import annotations
@@ -60,7 +61,34 @@ def lazy_under_inductor(reader: fx.Node) -> bool:
         return lazy_under_inductor(reader.args[0])
     if reader.target in _REDUCTIONS and _reduction_realized(reader):
         return False
+    if reader.target in _SCANS and _scan_extern(reader):
+        return False
     return not _returned_realized(reader)
+
+
+# Scans Inductor lowers through ``ir.Scan.create``, with an extern fallback.
+_SCANS = frozenset({_aten.cumsum.default, _aten.cumprod.default, _aten.logcumsumexp.default})
+
+
+def _scan_extern(node: fx.Node) -> bool:
+    """Note [Scans Inductor runs as extern kernels]
+    Inductor lowers ``cumsum``, ``cumprod`` and ``logcumsumexp`` to a scan only where the
+    backend has scans (Triton, Halide); the C++ backend has none, so on a CPU with
+    ``cpu_backend="cpp"`` (the default) ``ir.Scan.create`` gives nothing and the op runs as an
+    extern kernel where the graph has it, reading its input there: ``r = b.cumsum(1); op(b, r);
+    return r[:, 1:2]`` needs no value computed before the call (fuzz seed 20261704 #54: a view
+    of ``r`` was, 888 B over PyTorch's built-in). A 0-d input is copied, lazily; any other
+    device or backend counts as lazy."""
+    src = node.args[0] if node.args else None
+    inp = src.meta.get("val") if isinstance(src, fx.Node) else None
+    if not isinstance(inp, torch.Tensor) or inp.dim() == 0 or inp.device.type != "cpu":
+        return False
+    try:
+        from torch._inductor import config
+
+        return config.cpu_backend == "cpp"
+    except (ImportError, AttributeError):
+        return False
 
 
 def lazy_kind(node: fx.Node) -> bool:
