@@ -61,6 +61,7 @@ __all__ = [
     "reading_once",
     "register_adapter",
     "registered",
+    "slot_label",
     "unregister_adapter",
 ]
 
@@ -92,7 +93,13 @@ class Slot:
 
     @property
     def label(self) -> str:
-        return self.arg if self.index is None else f"{self.arg}[{self.index}]"
+        return slot_label(self.arg, self.index)
+
+
+def slot_label(arg: str, index: int | None) -> str:
+    """How reports, the wire and the slots name one tensor the op receives: ``arg``, or
+    ``arg[index]`` for an element of a list argument."""
+    return arg if index is None else f"{arg}[{index}]"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
 
 from .. import views
 from ..schema import OpInfo, resolve, op_info
-from .adapter import Mutation, Slot, register_adapter
+from .adapter import Mutation, Slot, register_adapter, slot_label
 from .common import (
     AutofuncHOP,
     call_result,
@@ -82,7 +82,7 @@ def inexact_slot(info: OpInfo, kwargs: dict[str, Any]) -> str | None:
     ``None``. The registry functionalizes such a call with v2."""
     for name, index, t in mutable_slots(info, kwargs):
         if written_back_inexactly(t):
-            return name if index is None else f"{name}[{index}]"
+            return slot_label(name, index)
     return None
 
 

@@ -19,7 +19,7 @@ from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
 from .. import regions, views
 from ..errors import AutofuncError, MalformedViewsError, UnsupportedCallError
 from ..schema import RESERVED_KWARGS, OpInfo, op_info, resolve
-from .adapter import Mutation, Slot, register_adapter
+from .adapter import Mutation, Slot, register_adapter, slot_label
 from .common import (
     AutofuncHOP,
     call_result,
@@ -143,7 +143,7 @@ def autofunc_v2_dense(
     for name, view in decode_views(info, _views).items():
         if isinstance(view, list):
             new_kwargs[name] = [
-                None if v is None else tensor(f"{name}[{i}]", v) for i, v in enumerate(view)
+                None if v is None else tensor(slot_label(name, i), v) for i, v in enumerate(view)
             ]
         else:
             new_kwargs[name] = None if view is None else tensor(name, view)
@@ -151,7 +151,7 @@ def autofunc_v2_dense(
         if isinstance(view, list):  # an element without a view is passed as the call gives it
             given = kwargs[name]
             new_kwargs[name] = [
-                given[i] if v is None else tensor(f"{name}[{i}]", v) for i, v in enumerate(view)
+                given[i] if v is None else tensor(slot_label(name, i), v) for i, v in enumerate(view)
             ]
         else:
             new_kwargs[name] = tensor(name, view)
@@ -317,13 +317,15 @@ def _same_objects(info: OpInfo, arguments: dict, reads: dict) -> dict[str, str]:
     for arg in info.mutable_args:
         value = arguments.get(arg.name)
         if arg.kind.is_list:
-            labelled += [(f"{arg.name}[{i}]", t) for i, t in enumerate(value or ()) if t is not None]
+            labelled += [
+                (slot_label(arg.name, i), t) for i, t in enumerate(value or ()) if t is not None
+            ]
         elif value is not None:
             labelled.append((arg.name, value))
     for name, entry in reads.items():
         value = arguments[name]
         if isinstance(entry, list):
-            labelled += [(f"{name}[{i}]", value[i]) for i, v in enumerate(entry) if v is not None]
+            labelled += [(slot_label(name, i), value[i]) for i, v in enumerate(entry) if v is not None]
         else:
             labelled.append((name, value))
     first: dict[int, str] = {}

@@ -4,7 +4,8 @@ A read-only argument that is exactly a mutable argument's memory is an alias of 
 (:func:`eager_aliases`, the ``_aliases`` keyword); one that shares the written memory in
 another geometry is regenerated from the base of the mutable tensor it overlaps
 (:func:`read_views`, the ``_reads``/``_read_views`` keywords). Both hold what the op sees in
-eager. Imports ``hops.common``, ``hops.v2_wire``, ``regions``, ``schema`` and ``views``; never ``hops.v2`` (which hands in its bases as :class:`Bases`).
+eager. Imports ``hops.adapter`` (``slot_label``), ``hops.common``, ``hops.v2_wire``, ``regions``,
+``schema`` and ``views``; never ``hops.v2`` (which hands in its bases as :class:`Bases`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from .. import regions, views
 from ..schema import OpInfo
+from .adapter import slot_label
 from .common import geometry_known, get_base, may_overlap, same_memory
 from .v2_wire import ArgView, ReadAlias, ViewsEntry
 
@@ -133,7 +135,7 @@ def _labelled(info: OpInfo, arguments: dict, *, mutable: bool) -> list[tuple[str
         if isinstance(value, torch.Tensor):
             out.append((name, value))
         elif isinstance(value, (list, tuple)):
-            out += [(f"{name}[{i}]", t) for i, t in enumerate(value) if isinstance(t, torch.Tensor)]
+            out += [(slot_label(name, i), t) for i, t in enumerate(value) if isinstance(t, torch.Tensor)]
     return out
 
 
