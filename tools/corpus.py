@@ -482,6 +482,17 @@ def read_after(x, y):
     return buf + old, buf.sum() - x.sum()
 
 
+@program(
+    lambda: (torch.randn(4, 5), torch.randn(5)),
+    "a row of the old value, read before the call, added to the new value after it",
+)
+def old_row_with_the_new_value(x, y):
+    buf = x * 1
+    row = buf[0] * 2  # computed late by Inductor, unless before the call
+    add_(buf, y)
+    return buf + row  # reads the new value too: it cannot move before the call
+
+
 @program(lambda: (torch.randn(4, 5), torch.randn(5)), "the old value is returned")
 def old_value_returned(x, y):
     buf = x + 1
@@ -1419,3 +1430,29 @@ def scan_read_before_write(b):
     r = b.cumsum(2)
     add_(b, r)
     return r[:, :, 3:4:2]
+
+
+@program(
+    lambda: (torch.randn(2, 5, 5, dtype=torch.float64),),
+    "r = b * 1.5; m = r.amax() + r.mean(); two(b, r); return (b + m).sum(): the reductions of "
+    "r, after the call, moved before it",
+)
+def frontier_users_moved_back(b):
+    # Note [Users of the frontier moved back before the call]: b was cloned, r being as large
+    # as b (fuzz seed 20261706 #28: 400 B over the built-in)
+    r = b * 1.5
+    m = r.amax() + r.mean()
+    two(b, r)
+    return (b + m).sum()
+
+
+@program(
+    lambda: (torch.randn(6, 3, dtype=torch.float64), torch.randn(1, dtype=torch.float64)),
+    "r = a.sum(0) * 0.5; return ret_after_write(r.narrow(0, 2, 1), y): a write into a view "
+    "of a value nothing reads afterwards",
+)
+def write_no_one_reads(a, y):
+    # Note [A write no one reads]: all of r was computed for the op to write its element
+    # (fuzz seed 20261706 #117: 8 B over the built-in)
+    r = a.sum(0) * 0.5
+    return ret_after_write(r.narrow(0, 2, 1), y)

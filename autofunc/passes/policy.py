@@ -132,8 +132,8 @@ class Policy:
         )
         return CloneKind.SPAN if zero else CloneKind.EMPTY_COPY
 
-    def pin(self, ctx: Pass, buf: Buffer, m: Mutation) -> bool:
-        """Whether the op takes a pinned alias of ``buf``, written in place (``pin_layout``),
+    def pin(self, q: Query) -> bool:
+        """Whether the op takes a pinned alias of ``q.buf``, written in place (``pin_layout``),
         rather than the buffer itself. Here: never, the backend keeps every layout."""
         return False
 

@@ -334,7 +334,8 @@ def plan_buffer(
     those already written in place; ``copies``: the copies of those already cloned):
     ``RULES`` decide (``rules.decide``), then how the buffer is handed to the op. Reads the
     graph and the analysis; changes neither."""
-    ruling = decide(Query(ctx, node, m, buf, bufs, inplace, copies))
+    q = Query(ctx, node, m, buf, bufs, inplace, copies)
+    ruling = decide(q)
     detail = ruling.detail
     if ruling.reason is Reason.INPLACE and ruling.realize is not None:
         detail = str(ruling.realize)
@@ -348,7 +349,7 @@ def plan_buffer(
     )
     # how the buffer is handed to the op is the policy's (Note [Clones for Inductor])
     if decision:
-        return Plan(buf, decision, ruling.realize, pin=ctx.policy.pin(ctx, buf, m))
+        return Plan(buf, decision, ruling.realize, pin=ctx.policy.pin(q))
     return Plan(buf, decision, clone=ctx.policy.copy(ctx, buf.node, buf, m))
 
 

@@ -21,6 +21,8 @@ FOUND = [
     "scatter_of_a_gappy_input_written",  # Note [A pinned root keeps its layout]
     "realized_value_a_later_call_writes",  # Note [A realized value a later call writes]
     "scan_read_before_write",  # Note [Scans Inductor runs as extern kernels]
+    "frontier_users_moved_back",  # Note [Users of the frontier moved back before the call]
+    "write_no_one_reads",  # Note [A write no one reads]
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
@@ -53,3 +55,48 @@ def test_fuzz_program_no_more_bytes_than_the_builtin_v2(seed, index):
     verdict = against_builtin(fuzz.program_for(seed, index), "inductor")
     assert verdict.builtin == "right", verdict.failures
     assert verdict.outcome("v2") == "ok", (verdict.failure("v2"), verdict.allocated)
+
+
+def _write_read_later(a, y):
+    r = a.sum(0) * 0.5
+    out = corpus.ret_after_write(r.narrow(0, 2, 1), y)
+    return out, r * 2.0  # r read after the call: the write must land in it
+
+
+def _write_returned(a, y):
+    r = a.sum(0) * 0.5
+    return corpus.ret_after_write(r.narrow(0, 2, 1), y), r
+
+
+@pytest.mark.parametrize(
+    "fn, pinned",
+    [
+        (corpus.PROGRAMS["write_no_one_reads"].fn, False),
+        (_write_read_later, True),
+        (_write_returned, True),
+    ],
+)
+def test_a_written_view_pins_its_value_where_the_write_is_read(fn, pinned):
+    # Note [A write no one reads]: the pin of Note [Views of unrealized buffers under
+    # Inductor] stays where a later node or the graph's output reads what the op writes
+    from autofunc.bench.user_triton import post_grad_graph
+
+    regs = corpus.register_all("v2")
+    try:
+        inputs = [torch.randn(6, 3, dtype=torch.float64), torch.randn(1, dtype=torch.float64)]
+        gm = post_grad_graph(fn, inputs)
+        pins = [
+            n
+            for n in gm.graph.find_nodes(
+                op="call_function", target=torch.ops.aten.as_strided.default
+            )
+            if n.args[0].target is torch.ops.aten.mul.Tensor
+        ]
+        assert len(pins) == pinned, gm.graph
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="inductor", fullgraph=True)
+        check = run_against_eager(fn, compiled, inputs)
+        assert check.correct, check.mismatch
+    finally:
+        for r in regs:
+            r.remove()

@@ -729,7 +729,9 @@ def read_through_a_copy_a_call_wrote(x, y):
 
 def test_a_copy_a_call_wrote_is_no_pending_read():
     # Note [Copies the calls write] in alias.py: the first call's clone of buf is computed
-    # there, so the second call computes only buf[0] (20 B) before it, not a clone of x (120 B)
+    # there, so the second call keeps no clone of x (120 B); what reads buf[0] after it (the
+    # returned sum) moves before it, and nothing is computed there (Note [Users of the
+    # frontier moved back before the call]; 20 B of buf[0] before that)
     reg = autofunc.register(add_row, strategy="v2")
     try:
         first, second = _row_reports(
@@ -738,7 +740,7 @@ def test_a_copy_a_call_wrote_is_no_pending_read():
     finally:
         reg.remove()
     assert not first.inplace, first.explain()
-    assert second.inplace and second.detail.endswith("computed before the call, 20 B"), (
+    assert second.inplace and second.detail.endswith("nothing computed before the call, 0 B"), (
         second.explain()
     )
 

@@ -131,7 +131,10 @@ INDUCTOR_PROGRAMS = {
     "shared_storage_layers": {"v1": {"CLONE": 1, "WRITE_BACK": 1}, "v2": {}},
     # a read computed before the call into a buffer of its own (Note [Lazy reads computed
     # before the call])
-    "read_after": {"v1": {"REALIZED": 1}, "v2": {"REALIZED": 1}},
+    "old_row_with_the_new_value": {"v1": {"REALIZED": 1}, "v2": {"REALIZED": 1}},
+    # the old value's sum, moved before the call, where Inductor computes it: no copy (Note
+    # [Users of the frontier moved back before the call])
+    "read_after": {"v1": {}, "v2": {}},
     # a program's own scatter, which Inductor turns into a copy_: not a copy for a mutation
     "kv_then_native_inplace": {"v1": {"OTHER": 1}, "v2": {"OTHER": 1}},
 }

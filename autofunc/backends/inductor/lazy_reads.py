@@ -58,7 +58,13 @@ from ...symbolic import is_symbolic, nbytes_hint
 
 _aten = torch.ops.aten
 
-__all__ = ["Realization", "plan_hoist", "plan_realization", "realize_before"]
+__all__ = [
+    "Realization",
+    "plan_hoist",
+    "plan_realization",
+    "plan_users_hoisted",
+    "realize_before",
+]
 
 
 class Realization(NamedTuple):
@@ -279,6 +285,7 @@ def plan_hoist(
     is_lazy: Any,
     written_here: Any,
     pinnable: Any = None,
+    all_moved_read: bool = False,
 ) -> Realization | None:
     """The cheaper way to read the old value before ``call`` (Note [Reads moved back before
     the call]): ``later`` readers moved back (with the inputs they need from after the call),
@@ -287,7 +294,8 @@ def plan_hoist(
 
     ``written_here(node)``: whether ``node`` now denotes memory this call writes in place (a
     buffer of the call decided before): after the call it names the new value, so a reader of
-    it must stay after the call."""
+    it must stay after the call. ``all_moved_read``: every node moved counts as a reader (the
+    frontier runs from each), where ``later`` need not hold every reader after the call."""
     moved: dict[fx.Node, None] = {}
 
     def movable(n: fx.Node) -> bool:
@@ -317,13 +325,65 @@ def plan_hoist(
             if all(a < call or a in grown for a in u.all_input_nodes):
                 grown[u] = None
                 todo.append(u)
-    readers = [*earlier, *later]
+    # a reader Inductor computes where it stands (a realized reduction) reads the old value
+    # there, before the call: its users read its buffer, so no frontier runs from it
+    readers = [*earlier, *(r for r in later if is_lazy(r))]
     plans = [
-        plan_realization(call, readers, outputs, is_lazy, m, written_here, pinnable)
+        plan_realization(
+            call,
+            [*readers, *(n for n in m if is_lazy(n))] if all_moved_read else readers,
+            outputs,
+            is_lazy,
+            m,
+            written_here,
+            pinnable,
+        )
         for m in (minimal, tuple(sorted(grown)))
     ]
     plans = [p for p in plans if p is not None]
     return min(plans, key=lambda p: p.nbytes, default=None)
+
+
+def plan_users_hoisted(
+    call: fx.Node,
+    plain: Realization,
+    readers: list[fx.Node],
+    outputs: list[fx.Node],
+    is_lazy: Any,
+    written_here: Any,
+    pinnable: Any = None,
+) -> Realization | None:
+    """A cheaper plan than ``plain`` for the lazy ``readers`` of a buffer before ``call``:
+    the users after the call of ``plain``'s frontier moved back before it (``None`` when
+    there are none, one cannot move, or it costs no less).
+
+    Note [Users of the frontier moved back before the call]
+    ``r = b * 1.5; op(b, r); m = r.amax() + r.mean()`` with the reductions after the call
+    (``reorder_for_locality`` put them there): the frontier of ``b``'s lazy reader is ``r``
+    itself, as large as ``b``, so the plain plan saves nothing over the clone. The users of
+    the frontier after the call read only values that exist before it, so they may move back
+    as the readers of Note [Reads moved back before the call] do, and the frontier becomes
+    what they compute (``m``: 8 bytes; fuzz seed 20261706 #28 kept a 400 B clone of ``b``,
+    PyTorch's built-in none). Every node moved counts as a reader, since a moved input may
+    read the buffer itself."""
+    early = set(plain.moved)
+    later = sorted(
+        {
+            u
+            for f in plain.nodes
+            for u in f.users
+            if u is not call and u.op != "output" and u > call and u not in early
+        }
+    )
+    if not later:
+        return None
+    earlier = [*readers, *plain.moved]
+    plan = plan_hoist(
+        call, later, earlier, outputs, is_lazy, written_here, pinnable, all_moved_read=True
+    )
+    if plan is None or plan.nbytes >= plain.nbytes:
+        return None
+    return plan._replace(moved=tuple(sorted({*plain.moved, *plan.moved})))
 
 
 def realize_before(ctx: Any, call: fx.Node, plan: Realization) -> None:

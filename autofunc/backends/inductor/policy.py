@@ -34,7 +34,13 @@ from .evaluation import (
     pinnable_value,
     reshape_view,
 )
-from .lazy_reads import Realization, plan_hoist, plan_realization, realize_before
+from .lazy_reads import (
+    Realization,
+    plan_hoist,
+    plan_realization,
+    plan_users_hoisted,
+    realize_before,
+)
 from .ops import DTYPE_VIEW, FRESH_ALIAS, WRITTEN
 from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
 
@@ -78,14 +84,17 @@ class InductorPolicy(Policy):
     # call] in lazy_reads.py ---------------------------------------------------------------------
 
     def plan_realization(self, q: Query, readers: list[fx.Node]) -> Realization | None:
-        return plan_realization(
-            q.node,
-            readers,
-            q.ctx.outputs,
-            self._pending(q),
-            written_here=q.written_here,
-            pinnable=pinnable_value,
+        pending, outputs = self._pending(q), q.ctx.outputs
+        plain = plan_realization(
+            q.node, readers, outputs, pending, written_here=q.written_here, pinnable=pinnable_value
         )
+        if plain is None or plain.nbytes == 0:
+            return plain
+        # Note [Users of the frontier moved back before the call]
+        hoisted = plan_users_hoisted(
+            q.node, plain, readers, outputs, pending, q.written_here, pinnable_value
+        )
+        return hoisted if hoisted is not None else plain
 
     @staticmethod
     def _pending(q: Query) -> Callable[[fx.Node], bool]:
@@ -141,10 +150,11 @@ class InductorPolicy(Policy):
             return CloneKind.EMPTY_COPY
         return CloneKind.SPAN
 
-    def pin(self, ctx: Pass, buf: Buffer, m: Mutation) -> bool:
+    def pin(self, q: Query) -> bool:
+        ctx, buf, m = q.ctx, q.buf, q.m
         return (
             self._aliased(ctx, buf, m)
-            or self._views_of_unrealized(buf)
+            or (self._views_of_unrealized(buf) and not _write_unobserved(q))
             or self._unfixed_root(buf.node)
         )
 
@@ -186,6 +196,8 @@ class InductorPolicy(Policy):
         op, one more allocation of the view's size, and then the buffer itself. An
         ``as_strided`` alias of the whole buffer makes Inductor compute the buffer once, with
         exactly its strides, and hand the op a view of it. Graph inputs are computed already.
+        Where nothing reads what the op writes, the buffer itself is not needed and no pin is
+        (Note [A write no one reads]).
         """
         chains = [*buf.chains, *buf.read_chains]
         return buf.node.op != "placeholder" and not all(c.is_alias for c in chains)
@@ -256,6 +268,32 @@ class InductorPolicy(Policy):
             return
         after = [] if call is None else _tensor_outputs(ctx, call, num_returns)
         emit(ctx, WRITTEN, (written, after), val=None)
+
+
+def _write_unobserved(q: Query) -> bool:
+    """Whether nothing can observe what the call writes into ``q.buf``: no output of the call
+    holds it for a later user, no other node uses the buffer's root or a view of it after the
+    call (nor returns it), and no other argument of the call shares that memory.
+
+    Note [A write no one reads]
+    ``r = o.sum(0) * 0.5; op(r.narrow(0, 2, 1))`` with ``r`` used nowhere else: the op's write
+    into ``r`` is dead. The pin of Note [Views of unrealized buffers under Inductor] makes
+    Inductor compute all of ``r`` so that the write lands in it; left out, Inductor computes
+    the view's elements alone into a buffer of their own and hands the op that (fuzz seed
+    20261706 #117: 8 B over PyTorch's built-in, which does so). The op reads the same values,
+    and, with no other argument in that memory, sees the aliasing it sees in eager.
+    """
+    call, buf = q.node, q.buf
+    root = view_root(buf.node)
+    if root.op == "placeholder" or len(buf.chains) != 1 or buf.read_chains:
+        return False
+    if any(view_root(b.node) is root for b in q.bufs if b is not buf):
+        return False
+    keys = set(q.m.output_keys(q.bufs.index(buf)))
+    held = (u for u in call.users if u.target is operator.getitem and u.args[1] in keys)
+    if any(u.users for u in held):
+        return False
+    return all(u is call or u < call for u in users_through_views(root))
 
 
 def _tensor_outputs(ctx: Pass, call: fx.Node, n: int) -> list[fx.Node]:
