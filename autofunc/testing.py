@@ -31,6 +31,7 @@ __all__ = [
     "copy_nodes",
     "count_targets",
     "format_graph",
+    "output_aliasing",
     "post_grad_copies",
     "run_against_eager",
     "same_result",
@@ -227,20 +228,24 @@ def run_against_eager(
     pairs = [("output", got, expected)]
     pairs += [(f"arg{i}", a, e) for i, (a, e) in enumerate(zip(inputs, eager_inputs))]
     mismatch = [name for name, a, e in pairs if not same_result(a, e, atol, rtol)]
-    if "output" not in mismatch and _aliasing(got, inputs) != _aliasing(expected, eager_inputs):
+    aliasing = output_aliasing(got, inputs) != output_aliasing(expected, eager_inputs)
+    if "output" not in mismatch and aliasing:
         mismatch.append("output aliasing")  # a view of an input where eager returns a copy
     return EagerCheck(expected, got, eager_inputs, inputs, mismatch, seconds)
 
 
-def _aliasing(outputs: Any, inputs: list) -> list[tuple[int, ...]]:
+def output_aliasing(outputs: Any, inputs: Any) -> list[tuple[int, ...]]:
     """Per output tensor, the inputs whose memory it shares (an output that views an input in
-    eager must view it compiled, and a fresh one must be fresh: the caller may write either)."""
+    eager must view it compiled, and a fresh one must be fresh: the caller may write either).
+    Empty and nested tensors share nothing."""
     storages = [
-        t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) and t.numel() else None
-        for t in inputs
+        t.untyped_storage().data_ptr()
+        if isinstance(t, torch.Tensor) and t.numel() and not t.is_nested
+        else None
+        for t in pytree.tree_leaves(inputs)
     ]
     return [
         tuple(i for i, p in enumerate(storages) if p == o.untyped_storage().data_ptr())
         for o in pytree.tree_leaves(outputs)
-        if isinstance(o, torch.Tensor) and o.numel()
+        if isinstance(o, torch.Tensor) and o.numel() and not o.is_nested
     ]

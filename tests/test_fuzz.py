@@ -316,3 +316,17 @@ def test_an_op_reads_what_it_wrote():
     verdict = fuzz.against_builtin(program, "inductor")
     assert verdict.builtin == "right", verdict.failures
     assert verdict.outcome("v2") == "ok", verdict.failures["v2"]
+
+
+def test_an_output_that_aliases_an_input_where_eager_is_fresh_is_wrong():
+    # seed 20261801 #105, shrunk: the built-in v2 returns t6 as a view of b (144 B), where
+    # eager returns a tensor of its own; autofunc v2 copies it out (168 B). Equal values, but
+    # a caller writing b would change t6: the fuzzer compares aliasing as run_against_eager
+    lines = "v0, v1 = b.split([2, 1], 0)\nops.mlate(v0, v0)\nt6 = v1.clone()"
+    program = dataclasses.replace(
+        _program(lines, ("t6",)), inputs=("torch.randn(3, dtype=torch.float64)",)
+    )
+    verdict = fuzz.against_builtin(program, "inductor")
+    assert verdict.builtin == "wrong", verdict.failures
+    assert "output aliasing" in verdict.failures["builtin_v2"].message
+    assert verdict.outcome("v2") == "builtin_wrong", verdict.failures["v2"]

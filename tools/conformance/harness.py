@@ -31,7 +31,7 @@ import torch._inductor.config as inductor_config
 from torch import fx
 
 import autofunc
-from autofunc.testing import compile_capture, same_result
+from autofunc.testing import compile_capture, output_aliasing, same_result
 
 from ..report_copies import check_report_copies, program_copies
 
@@ -137,23 +137,7 @@ def _call(program: Program, fn: Callable, inputs: tuple, backward_ctx: Callable)
         with backward_ctx():
             loss.backward()
         grads = [t.grad for t in _requires_grad_leaves(inputs)]
-    return out, inputs, grads, _aliasing(out, inputs)
-
-
-def _aliasing(out: Any, inputs: Any) -> list[list[int]]:
-    """For each output tensor, the indices of the input tensors it shares storage with: eager's
-    answer is part of the program's meaning (an output that is a fresh tensor in eager must not
-    alias an input after compilation, and one that is a view of an input must stay one)."""
-
-    def ptr(t: torch.Tensor) -> int | None:
-        if t.numel() == 0 or t.is_nested:
-            return None
-        return t.untyped_storage().data_ptr()
-
-    ins = [ptr(t) if isinstance(t, torch.Tensor) else None
-           for t in torch.utils._pytree.tree_leaves(inputs)]
-    outs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-    return [[j for j, p in enumerate(ins) if p is not None and p == ptr(o)] for o in outs]
+    return out, inputs, grads, output_aliasing(out, inputs)
 
 
 def _assert_same(program: Program, what: str, expected: Any, got: Any, call: int) -> None:

@@ -297,7 +297,7 @@ def _check_once(
 ) -> Failure | None:
     """One compile of ``program`` against eager, or against ``oracle`` (outputs, final
     inputs) where given; ``allocated`` as for :func:`check`."""
-    from autofunc.testing import same_result
+    from autofunc.testing import output_aliasing, same_result
 
     expected, eager_inputs = program.run_eager() if oracle is None else oracle
     regs = register_strategy(strategy)
@@ -356,6 +356,13 @@ def _check_once(
         for p, e_, g in zip(program.params, eager_inputs, inputs):
             if not same_result(e_, g):
                 bad.append(f"input {p} after the call: {_diff(e_, g)}")
+        if not bad:  # a fresh output must be fresh, a view of an input one (run_against_eager)
+            ours, eagers = output_aliasing(got, inputs), output_aliasing(expected, eager_inputs)
+            if ours != eagers:
+                bad.append(
+                    f"output aliasing: the inputs each output shares memory with are {ours}, "
+                    f"in eager {eagers}"
+                )
         if bad:
             return Failure(
                 program,
