@@ -1298,6 +1298,17 @@ def mean_bits_strided_input(b):
     return b.sum()
 
 
+@program(
+    lambda: (torch.randn(4, 4, dtype=torch.float64)[::2],),
+    "write_then_mean(b, b.view(torch.int64)) on a strided graph input: the same element size",
+)
+def mean_same_bits_strided_input(b):
+    # Note [A dtype view Inductor keeps]: to the same element size Inductor keeps the view
+    # whatever the strides, so the op reads the bits it wrote with no extern kernel
+    write_then_mean(b, b.view(torch.int64))
+    return b.sum()
+
+
 @program(lambda: (torch.randn(2, dtype=torch.float64),), "write_then_mean(a[1:], a), a[1:] read before")
 def read_of_a_kept_clone(a):
     # the old a[1:] is read later, so its base keeps a clone; the read a is a view of that clone

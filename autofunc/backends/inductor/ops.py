@@ -38,7 +38,10 @@ FRESH_ALIAS = torch.ops.autofunc.fresh_alias.default
 # ``autofunc::dtype_view`` is an opaque op with an aliasing schema: Inductor calls it as an
 # extern kernel on the tensor as it is and passes on its result, a view of the same memory.
 # Read-only arguments only: a written one stays ``aten.view.dtype``, through which Inductor
-# sees the write.
+# sees the write. And only to another element size: to the same one Inductor lowers the view to
+# a view of the memory whatever its strides (its ``DtypeView``), with no extern kernel, whose
+# output Inductor's memory planner would count as a buffer of its own (fuzz seed 20261801 #80:
+# ``m2(r, r, r.view(torch.int64))`` on float64, 8 B over PyTorch's built-in).
 _lib.define("dtype_view(Tensor(a) x, ScalarType dtype) -> Tensor(a)")
 for _key in ("CompositeExplicitAutograd", "Meta"):
     _lib.impl("dtype_view", lambda x, dtype: _aten.view.dtype(x, dtype), _key)

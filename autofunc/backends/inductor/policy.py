@@ -251,8 +251,8 @@ class InductorPolicy(Policy):
     # -- the direct call --------------------------------------------------------------------------
 
     def read_view(self, ctx: Pass, target: Any, args: tuple) -> fx.Node:
-        # Note [A dtype view Inductor keeps] in ops.py
-        if target is torch.ops.aten.view.dtype:
+        # Note [A dtype view Inductor keeps] in ops.py: only to another element size
+        if target is torch.ops.aten.view.dtype and _other_element_size(*args):
             return emit(ctx, DTYPE_VIEW, args)
         return emit(ctx, target, args)
 
@@ -268,6 +268,15 @@ class InductorPolicy(Policy):
             return
         after = [] if call is None else _tensor_outputs(ctx, call, num_returns)
         emit(ctx, WRITTEN, (written, after), val=None)
+
+
+def _other_element_size(x: fx.Node, dtype: torch.dtype) -> bool:
+    """Whether ``x.view(dtype)`` reads ``x`` with another element size (or ``x``'s is not
+    known)."""
+    val = x.meta.get("val") if isinstance(x, fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return True
+    return val.dtype.itemsize != dtype.itemsize
 
 
 def _write_unobserved(q: Query) -> bool:
