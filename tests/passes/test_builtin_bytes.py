@@ -27,8 +27,10 @@ FOUND = [
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
 # Fuzz programs kept as drawn (seed, index): one object passed as two arguments of a call, the
-# second a fresh alias Inductor runs as an extern kernel (Note [Arguments keep their identity])
-FUZZ = [(20261609, 71), (20261609, 128)]
+# second a fresh alias Inductor runs as an extern kernel (Note [Arguments keep their identity]);
+# a dtype view to the same element size as an extern kernel, whose output Inductor's planner
+# counted as a buffer (Note [A dtype view Inductor keeps])
+FUZZ = [(20261609, 71), (20261609, 128), (20261801, 80)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)
