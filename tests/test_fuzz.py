@@ -219,19 +219,27 @@ def _measured(monkeypatch, sizes):
     """Make the measurement return ``sizes`` in turn (the built-in's first, then each strategy's:
     ``against_builtin``'s order)."""
     it = iter(sizes)
-    monkeypatch.setattr(check_mod, "_allocated", lambda compiled, make_inputs: next(it))
+    monkeypatch.setattr(check_mod, "_memory", lambda compiled, make_inputs: _memory(next(it)))
+
+
+def _memory(nbytes):
+    from autofunc.bench.measure import Memory
+
+    return Memory(nbytes, nbytes // 2)
 
 
 def test_more_bytes_than_the_builtin_is_a_failure(monkeypatch):
     program = fuzz.program_for(SEED, 1, None, FEATURES)
     _measured(monkeypatch, [100, 164])
     verdict = fuzz.against_builtin(program, "aot_eager")
-    assert verdict.allocated == {"builtin_v2": 100, "v2": 164}
+    assert verdict.allocated == {
+        "builtin_v2": 100, "builtin_v2 peak": 50, "v2": 164, "v2 peak": 82
+    }
     assert verdict.builtin == "right" and verdict.outcome("v2") == "bytes"
     failure = verdict.failure("v2")
     assert failure is not None and failure.is_bug
     assert failure.kind == "bytes" and failure.signature == ("bytes",)
-    assert "(+64 B)" in failure.message, failure.message
+    assert "(+64 B); at peak 82 B, the built-in 50 B" in failure.message, failure.message
     assert "def test_bytes():" in fuzz.repro_source(failure)
 
 
@@ -246,7 +254,7 @@ def test_a_bytes_failure_shrinks(monkeypatch):
     # every program "allocates" 8 B more under autofunc: the shrinker keeps a bytes failure
     # while it deletes statements
     calls = itertools.count()
-    monkeypatch.setattr(check_mod, "_allocated", lambda c, m: 8 * (next(calls) % 2))
+    monkeypatch.setattr(check_mod, "_memory", lambda c, m: _memory(8 * (next(calls) % 2)))
     program = next(
         p for p in (fuzz.program_for(SEED, i, None, FEATURES) for i in range(40))
         if len(p.stmts) >= 8 and fuzz.check(p, "v2", "aot_eager") is None
@@ -297,7 +305,7 @@ def _program(text: str, returns: tuple[str, ...] = ()) -> fuzz.FuzzProgram:
 
 def test_inductor_bytes_are_measured_per_configuration():
     verdict = fuzz.against_builtin(_program("ops.m1(b, b.t())"), "inductor")
-    assert set(verdict.allocated) == {"builtin_v2", "v2"}
+    assert set(verdict.allocated) == {"builtin_v2", "v2", "builtin_v2 peak", "v2 peak"}
     assert all(isinstance(n, int) and n > 0 for n in verdict.allocated.values())
     assert verdict.outcome("v2") in ("ok", "bytes"), verdict.failures
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from .check import Failure, check
+from .check import Failure, check, peak_key
 from .program import FuzzProgram
 
 BUILTIN = "builtin_v2"  # the bar: PyTorch's auto_functionalized_v2 (tools.compare's builtin_v2)
@@ -84,13 +84,15 @@ def bytes_failure(
 ) -> Failure:
     ours, theirs = allocated[strategy], allocated[BUILTIN]
     rows = ", ".join(f"{k} {v} B" for k, v in sorted(allocated.items()))
+    peaks = allocated.get(peak_key(strategy)), allocated.get(peak_key(BUILTIN))
+    at_peak = f"; at peak {peaks[0]} B, the built-in {peaks[1]} B" if None not in peaks else ""
     return Failure(
         program,
         strategy,
         path,
         "bytes",
         f"autofunc {strategy} allocates {ours} B, the (right) built-in v2 {theirs} B "
-        f"(+{ours - theirs} B)",
+        f"(+{ours - theirs} B){at_peak}",
         f"bytes allocated per configuration: {rows}",
         builtin="right",
         allocated=dict(allocated),

@@ -212,7 +212,8 @@ def check(
     """Compile ``program`` on ``path`` with the fuzz ops registered with ``strategy`` and compare
     with eager: the outputs, and the final values of the inputs. Where ``allocated`` is given,
     ``allocated[strategy]`` receives the bytes a second call of the compiled program allocates
-    (on fresh inputs; ``_allocated``), whatever its result.
+    (on fresh inputs; ``_memory``), and ``allocated[peak_key(strategy)]`` its peak, whatever
+    its result.
 
     An exception that PyTorch's own handling raises too, word for word up to numbers, on the
     same path is a PyTorch limitation, not an autofunc bug (seed 20261245 #192: AOTAutograd
@@ -279,13 +280,20 @@ def _run_compiled(program: FuzzProgram, strategy: str, path: str) -> tuple[Any, 
         torch._dynamo.reset()
 
 
-def _allocated(compiled: Callable, make_inputs: Callable[[], tuple]) -> int:
-    """Bytes one call of the (compiled, warm) program allocates, on fresh inputs: the one
-    measurement ``tools.compare`` makes (``autofunc.bench.measure.measure_memory``)."""
+def _memory(compiled: Callable, make_inputs: Callable[[], tuple]) -> Any:
+    """The bytes one call of the (compiled, warm) program allocates, on fresh inputs, and its
+    peak: the one measurement ``tools.compare`` makes (``autofunc.bench.measure.measure_memory``).
+    Both are kept: where Inductor's planner declines to reuse memory that would raise the peak,
+    fewer live bytes can mean more allocated."""
     from autofunc.bench.measure import measure_memory
 
     fresh = make_inputs()
-    return measure_memory(lambda: compiled(*fresh)).allocated
+    return measure_memory(lambda: compiled(*fresh))
+
+
+def peak_key(strategy: str) -> str:
+    """The key of ``strategy``'s peak bytes in a dict of allocated bytes."""
+    return f"{strategy} peak"
 
 
 def _check_once(
@@ -317,7 +325,9 @@ def _check_once(
             compiled, captured = _compile(prog, path, own)
             got = compiled(*inputs)
             if allocated is not None:
-                allocated[strategy] = _allocated(compiled, make_inputs)
+                memory = _memory(compiled, make_inputs)
+                allocated[strategy] = memory.allocated
+                allocated[peak_key(strategy)] = memory.peak
         except Exception as e:  # noqa: BLE001
             root = _root_exception(e)
             first = (str(root).strip().splitlines() or [""])[0]
