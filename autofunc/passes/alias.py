@@ -340,16 +340,14 @@ class AliasAnalysis(ScatterReads, ShiftedVersions):
         b = self.memory_class(self.version[new])
         if a == b:
             return
-        base_root = self.root[self.version[base]].meta["val"]
         new_root = self.root[self.version[new]].meta["val"]
-        # Regions are in each version's own storage coordinates. ``new``'s are those of
-        # ``base``'s only when its root has exactly ``base``'s geometry, storage offset included
-        # (a HOP's fresh base may sit at offset 0 where the input it replaces does not: a read
-        # of its [5:6] would then seem disjoint from a write of the input's [5:6]).
-        if not (
-            same_geometry(base.meta["val"], base_root)
-            and same_geometry(new_root, base.meta["val"])
-        ):
+        # Regions are in each version's own storage coordinates, in bytes. ``new``'s are those
+        # of ``base``'s only when its root has exactly ``base``'s geometry, storage offset
+        # included (a HOP's fresh base may sit at offset 0 where the input it replaces does not:
+        # a read of its [5:6] would then seem disjoint from a write of the input's [5:6]). Then
+        # each element of ``new``'s root lies at ``base``'s element's byte, whatever ``base``'s
+        # own root is (Note [A base merged into a view of its root]).
+        if not same_geometry(new_root, base.meta["val"]):
             self._coarse.update(self._members[b])
             shift = self._shift(base, new)
             if shift is not None:

@@ -20,6 +20,22 @@ from .memory_ops import SHIFTABLE_VIEWS
 
 __all__ = ["Shift", "ShiftedVersions", "relative_to", "static_shift"]
 
+# Note [A base merged into a view of its root]
+# A region is a set of bytes of its version's storage (``Region.lo``/``hi``: the storage offset
+# times the element size; ``elems`` and a ``box`` the same bytes, finer). When a call's value
+# ``new`` is written into ``base`` in place, element ``i`` of ``new``'s root lies at
+# ``offset * itemsize + sum(i[d] * stride[d]) * itemsize`` of its storage, and element ``i`` of
+# ``base`` at the same expression of ``base``'s own geometry in ``base``'s storage. Where the
+# two geometries are equal (sizes, strides, storage offset, element size), every region of
+# ``new``'s version names the bytes of ``base``'s storage it names in its own: the versions
+# merge exactly, whatever ``base``'s root is. A box is compared only with a box of the same
+# root geometry (``regions._same_root``), which names the same bytes in either version. Before,
+# ``base`` had to be its root's geometry too, so a v2 base that is a reshape of its root made
+# the merged version coarse: ``v0 = a.view(9); v1, v2 = v0.split([8, 1]); op(v1); op2(v1, v2)``
+# copied ``v1``'s memory for the second call, its read of ``v2`` counted as overlapping its
+# write of ``v1`` (fuzz seed 20261802 #77: 136 B over PyTorch's built-in). Any other geometry
+# keeps the merged version coarse, placed by a shift where one is known (below).
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Shift:
