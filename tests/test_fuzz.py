@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tools import fuzzing as fuzz
+from tools.fuzzing import ops as fuzz_ops
 
 check_mod = importlib.import_module("tools.fuzzing.check")  # the package's ``check`` is a function
 
@@ -228,8 +229,13 @@ def _memory(nbytes):
     return Memory(nbytes, nbytes // 2)
 
 
+def _fresh_reads():
+    # one call, its read argument fresh: the built-in's clone of b changes no memory the op sees
+    return _program("ops.m1(b, b.sum(0))")
+
+
 def test_more_bytes_than_the_builtin_is_a_failure(monkeypatch):
-    program = fuzz.program_for(SEED, 1, None, FEATURES)
+    program = _fresh_reads()
     _measured(monkeypatch, [100, 164])
     verdict = fuzz.against_builtin(program, "aot_eager")
     assert verdict.allocated == {
@@ -244,7 +250,7 @@ def test_more_bytes_than_the_builtin_is_a_failure(monkeypatch):
 
 
 def test_no_more_bytes_than_the_builtin_is_not(monkeypatch):
-    program = fuzz.program_for(SEED, 1, None, FEATURES)
+    program = _fresh_reads()
     _measured(monkeypatch, [100, 100])
     verdict = fuzz.against_builtin(program, "aot_eager")
     assert verdict.outcome("v2") == "ok" and verdict.failure("v2") is None
@@ -338,3 +344,31 @@ def test_an_output_that_aliases_an_input_where_eager_is_fresh_is_wrong():
     assert verdict.builtin == "wrong", verdict.failures
     assert "output aliasing" in verdict.failures["builtin_v2"].message
     assert verdict.outcome("v2") == "builtin_wrong", verdict.failures["v2"]
+
+
+# -- the memory each call sees (Note [The memory each call sees] in tools/fuzzing/ops.py) ------
+
+
+def test_a_call_that_sees_other_memory_than_in_eager_is_wrong():
+    # seed 20261802 #25, shrunk: eager hands m2 a clone of b as c; the built-in v2 hands it b
+    # itself, written through a and b. m2 reads c before it writes, so the values agree: right
+    # for this op body only. autofunc keeps c apart (a copy of b's memory for the write).
+    program = _program("t1 = b.clone()\nops.m2(b, b, t1)")
+    verdict = fuzz.against_builtin(program, "inductor")
+    failure = verdict.failures["builtin_v2"]
+    assert failure is not None and failure.kind == "memory", failure
+    assert verdict.builtin == "wrong" and verdict.outcome("v2") == "builtin_wrong"
+    assert verdict.over_a_lucky_builtin("v2"), verdict.allocated
+
+
+def test_thememory_seen_is_compared_as_eager_has_it():
+    from tools.fuzzing.check import memory_seen
+
+    alias, apart = ("m2", ((True, True, True),)), ("m2", ((True, True, False),))
+    assert memory_seen([alias, apart], [apart, alias]) == ""  # in another order
+    assert memory_seen([alias, apart], [apart]) == ""  # a call nothing observes, dropped
+    assert "m2's written arguments" in memory_seen([alias], [apart])
+    with fuzz_ops.seen() as calls:
+        b = torch.zeros(4)
+        fuzz_ops.m2(b, b[1:], b[:1].clone())
+    assert calls == [("m2", ((True, True, False), (True, True, False)))]

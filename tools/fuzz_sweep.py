@@ -118,6 +118,9 @@ class Sweep:
         st["checks"] += 1
         st["time"] += seconds
         st[verdict.builtin] = st.get(verdict.builtin, 0) + 1  # right / wrong / fails
+        theirs = verdict.failures[fuzz.BUILTIN]
+        if theirs is not None and theirs.kind == "memory":  # of "wrong": the values right
+            st["wrong_memory"] = st.get("wrong_memory", 0) + 1
         line = [f"{fuzz.BUILTIN}/{path} {verdict.builtin}"]
         for strategy in strategies:
             key = f"{strategy}/{path}"
@@ -127,6 +130,8 @@ class Sweep:
             outcome = verdict.outcome(strategy)
             if outcome not in ("ok", "limitation"):  # limitations are counted below
                 st[outcome] = st.get(outcome, 0) + 1
+            if verdict.over_a_lucky_builtin(strategy):  # of builtin_wrong: more bytes
+                st["bytes_over_memory_wrong"] = st.get("bytes_over_memory_wrong", 0) + 1
             line.append(f"{key} {outcome}")
             if outcome == "limitation":
                 st["limitations"] += 1
@@ -222,10 +227,13 @@ class Sweep:
             n = st["checks"]
             if key.startswith(f"{fuzz.BUILTIN}/"):
                 print(f"  {key:20s} {n:5d} checks  {st['time'] / max(n, 1):6.2f}s/check  "
-                      + "  ".join(f"{st.get(k, 0)} {k}" for k in ("right", "wrong", "fails")))
+                      + "  ".join(f"{st.get(k, 0)} {k}" for k in ("right", "wrong", "fails"))
+                      + f" (of them {st.get('wrong_memory', 0)} with right values)")
                 continue
             outcomes = "".join(
-                f"  {st[k]} {k}" for k in fuzz.OUTCOMES if k not in ("ok", "limitation") and k in st
+                f"  {st[k]} {k}"
+                for k in (*fuzz.OUTCOMES, "bytes_over_memory_wrong")
+                if k not in ("ok", "limitation") and k in st
             )
             print(f"  {key:20s} {n:5d} checks  {st['time'] / max(n, 1):6.2f}s/check  "
                   f"{st['bugs']:3d} failures  {st['limitations']:3d} PyTorch limitations"

@@ -42,9 +42,22 @@ class Verdict:
 
     @property
     def builtin(self) -> str:
-        """The built-in's result: "right", "wrong" (a mismatch) or "fails" (raises)."""
+        """The built-in's result: "right", "wrong" (a mismatch, or a call that saw other
+        memory than in eager) or "fails" (raises)."""
         f = self.failures[BUILTIN]
-        return "right" if f is None else "wrong" if f.kind == "mismatch" else "fails"
+        return "right" if f is None else "wrong" if f.kind in ("mismatch", "memory") else "fails"
+
+    def over_a_lucky_builtin(self, strategy: str) -> bool:
+        """Whether ``strategy`` allocates more than a built-in whose values are right but whose
+        calls saw other memory than in eager (right for these op bodies' order of reads and
+        writes only): counted apart, for the values-only comparison."""
+        f = self.failures[BUILTIN]
+        return (
+            f is not None
+            and f.kind == "memory"
+            and self.failures[strategy] is None
+            and self._over_bytes(strategy)
+        )
 
     def outcome(self, strategy: str) -> str:
         """One of :data:`OUTCOMES` for ``strategy``."""

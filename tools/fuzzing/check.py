@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -13,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .ops import OPS, PATHS, STRATEGIES
+from .ops import OPS, PATHS, STRATEGIES, seen
 from .program import FuzzProgram
 
 # Exceptions that are documented PyTorch limitations, not autofunc bugs: reported as
@@ -36,7 +37,9 @@ class Failure:
     strategy: str
     path: str
     # "mismatch" | "exception" | "report" | "limitation" (see LIMITATIONS) | "bytes" (autofunc
-    # v2 allocates more than the built-in v2, both right: ``builtin.check_bytes``)
+    # v2 allocates more than the built-in v2, both right: ``builtin.check_bytes``) | "memory"
+    # (the values right, but a call saw other memory than in eager: Note [The memory each call
+    # sees] in ops.py)
     kind: str
     message: str  # one line
     detail: str = ""  # the differing values, or the traceback's tail
@@ -54,7 +57,7 @@ class Failure:
     @property
     def signature(self) -> tuple:
         """What "fails the same way" means while shrinking."""
-        if self.kind in ("mismatch", "report", "bytes"):
+        if self.kind in ("mismatch", "report", "bytes", "memory"):
             return (self.kind,)
         exc, _, msg = self.message.partition(": ")
         msg = re.sub(r"\d+", "N", msg)[:60]
@@ -280,6 +283,23 @@ def _run_compiled(program: FuzzProgram, strategy: str, path: str) -> tuple[Any, 
         torch._dynamo.reset()
 
 
+def memory_seen(eager: list, compiled: list) -> str:
+    """Where a call saw other memory than in eager (Note [The memory each call sees] in
+    ops.py), or ``""``: every record of the compiled program must be one of eager's, as
+    multisets (independent calls may run in another order, and a call nothing observes may be
+    left out: Inductor drops one whose results and writes no one reads)."""
+    extra = collections.Counter(compiled) - collections.Counter(eager)
+    if not extra:
+        return ""
+    name = next(iter(extra))[0]
+    in_eager = [o for n, o in eager if n == name]
+    in_compiled = [o for n, o in compiled if n == name]
+    return (
+        f"the memory a call sees: {name}'s written arguments share memory with its arguments "
+        f"{in_compiled} compiled, in eager {in_eager}"
+    )
+
+
 def _memory(compiled: Callable, make_inputs: Callable[[], tuple]) -> Any:
     """The bytes one call of the (compiled, warm) program allocates, on fresh inputs, and its
     peak: the one measurement ``tools.compare`` makes (``autofunc.bench.measure.measure_memory``).
@@ -307,7 +327,8 @@ def _check_once(
     inputs) where given; ``allocated`` as for :func:`check`."""
     from autofunc.testing import output_aliasing, same_result
 
-    expected, eager_inputs = program.run_eager() if oracle is None else oracle
+    with seen() as eager_seen:  # Note [The memory each call sees] in ops.py
+        expected, eager_inputs = program.run_eager() if oracle is None else oracle
     regs = register_strategy(strategy)
     captured = None
     # FakeTensor logs every failing meta kernel at ERROR level; the failure carries it anyway.
@@ -323,7 +344,8 @@ def _check_once(
         own: list = []
         try:
             compiled, captured = _compile(prog, path, own)
-            got = compiled(*inputs)
+            with seen() as compiled_seen:
+                got = compiled(*inputs)
             if allocated is not None:
                 memory = _memory(compiled, make_inputs)
                 allocated[strategy] = memory.allocated
@@ -366,6 +388,10 @@ def _check_once(
         for p, e_, g in zip(program.params, eager_inputs, inputs):
             if not same_result(e_, g):
                 bad.append(f"input {p} after the call: {_diff(e_, g)}")
+        if not bad and oracle is None:
+            unseen = memory_seen(eager_seen, compiled_seen)
+            if unseen:  # right values, but only for this op body's order of reads and writes
+                return Failure(program, strategy, path, "memory", unseen, "", _graphs(captured))
         if not bad:  # a fresh output must be fresh, a view of an input one (run_against_eager)
             ours, eagers = output_aliasing(got, inputs), output_aliasing(expected, eager_inputs)
             if ours != eagers:

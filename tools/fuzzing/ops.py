@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import types
+from collections.abc import Iterator
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 _NS = "autofunc_fuzz"
 PATHS = ("aot_eager", "capture", "inductor")
@@ -27,6 +30,66 @@ def _bits(y: torch.Tensor) -> torch.Tensor:
     return ((y >> shift) % 1000).to(torch.float64) / 1000
 
 
+# Note [The memory each call sees]
+# The fuzz ops record, for every call on real tensors while ``seen()`` is open, which of their
+# tensor arguments share memory (a byte of one storage) with each argument the call writes: the
+# aliasing the op body observes. An op reads and writes in some order, so eager's answer is part
+# of the program's meaning whatever the values come out as (``m2(b, b, t)`` with ``t =
+# b.clone()``: a compiled program that hands the op ``b`` for ``t`` is right only while the op
+# reads ``t`` before it writes). The check compares the calls' records, eager's against the
+# compiled program's (``check._check_once``).
+_SEEN: list | None = None
+
+
+@contextlib.contextmanager
+def seen() -> Iterator[list]:
+    """Record the memory each fuzz op call sees (Note [The memory each call sees]) into the
+    list it yields: one ``(op name, overlaps)`` per call, ``overlaps`` a tuple per written
+    tensor of whether it shares memory with each tensor argument, in argument order."""
+    global _SEEN
+    before, _SEEN = _SEEN, []
+    try:
+        yield _SEEN
+    finally:
+        _SEEN = before
+
+
+def _saw(name: str, written: tuple, *others: object) -> None:
+    """Record one call of ``name`` (``written``: its mutable arguments, then ``others``)."""
+    if _SEEN is None:
+        return
+    flat = _tensors((written, others))
+    if any(is_fake(t) for t in flat):
+        return
+    mutable = _tensors(written)
+    _SEEN.append((name, tuple(tuple(_meet(w, t) for t in flat) for w in mutable)))
+
+
+def _tensors(args: object) -> list:
+    if isinstance(args, torch.Tensor):
+        return [args]
+    if isinstance(args, (list, tuple)):
+        return [t for a in args for t in _tensors(a)]
+    return []
+
+
+def _meet(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` share a byte of memory."""
+    if not a.numel() or not b.numel():
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    return not _bytes(a).isdisjoint(_bytes(b))
+
+
+def _bytes(t: torch.Tensor) -> set:
+    starts = [t.storage_offset()]
+    for n, st in zip(t.shape, t.stride()):
+        starts = [x + i * st for x in starts for i in range(n)]
+    size = t.element_size()
+    return {x * size + k for x in starts for k in range(size)}
+
+
 def _mean(y: torch.Tensor) -> torch.Tensor:
     """``y.mean()``; an integer ``y`` as the mean of :func:`_bits`."""
     if y.is_floating_point():
@@ -37,6 +100,7 @@ def _mean(y: torch.Tensor) -> torch.Tensor:
 @torch.library.custom_op(f"{_NS}::m1", mutates_args={"x"})
 def m1(x: torch.Tensor, y: torch.Tensor) -> None:
     """x = x * 0.5 + mean(y) + 1"""
+    _saw("m1", (x,), y)
     s = _mean(y)
     x.mul_(0.5).add_(s + 1)
 
@@ -44,6 +108,7 @@ def m1(x: torch.Tensor, y: torch.Tensor) -> None:
 @torch.library.custom_op(f"{_NS}::m2", mutates_args={"a", "b"})
 def m2(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
     """a = a * 0.5 + mean(c); then b = -0.75 * b + mean(new a) (order-sensitive when a, b alias)"""
+    _saw("m2", (a, b), c)
     s = _mean(c)
     a.mul_(0.5).add_(s)
     b.mul_(-0.75).add_(a.mean())
@@ -52,6 +117,7 @@ def m2(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
 @torch.library.custom_op(f"{_NS}::m3", mutates_args={"xs"})
 def m3(xs: list[torch.Tensor], y: torch.Tensor) -> None:
     """for i, x in xs: x = -0.5 * x + s + i; s = 0.5 * s + mean(new x); starting at s = mean(y)"""
+    _saw("m3", (xs,), y)
     s = _mean(y)
     for i, x in enumerate(xs):
         x.mul_(-0.5).add_(s + i)
@@ -61,6 +127,7 @@ def m3(xs: list[torch.Tensor], y: torch.Tensor) -> None:
 @torch.library.custom_op(f"{_NS}::mopt", mutates_args={"x"})
 def mopt(x: torch.Tensor | None, y: torch.Tensor) -> None:
     """x = 0.25 * x + mean(y) - 1 when x is given"""
+    _saw("mopt", (x,), y)
     s = _mean(y)
     if x is not None:
         x.mul_(0.25).add_(s - 1)
@@ -69,6 +136,7 @@ def mopt(x: torch.Tensor | None, y: torch.Tensor) -> None:
 @torch.library.custom_op(f"{_NS}::m3way", mutates_args={"a", "b", "c"})
 def m3way(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
     """a = 0.5 a + 1; b = -0.5 b + mean(a); c = 0.75 c - mean(b), in this order"""
+    _saw("m3way", (a, b, c))
     a.mul_(0.5).add_(1)
     b.mul_(-0.5).add_(a.mean())
     c.mul_(0.75).sub_(b.mean())
@@ -77,6 +145,7 @@ def m3way(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
 @torch.library.custom_op(f"{_NS}::mret", mutates_args={"x"})
 def mret(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """x = 0.5 x - mean(y); returns a fresh contiguous 3 * new x + mean(y)"""
+    _saw("mret", (x,), y)
     s = _mean(y)
     x.mul_(0.5).sub_(s)
     return (x * 3 + s).contiguous()
@@ -92,6 +161,7 @@ def mlate(x: torch.Tensor, y: torch.Tensor) -> None:
     """x = 0.5 x, *then* x += mean(y): reads y after writing x (without Features.late_reads
     the generator keeps y disjoint from x, so a compiled program that makes them share memory
     shows up; with it, y may cover x's memory, and eager sees the new values)"""
+    _saw("mlate", (x,), y)
     x.mul_(0.5)
     x.add_(_mean(y))
 
@@ -112,6 +182,7 @@ def mlate2(dst: torch.Tensor, src: torch.Tensor) -> None:
     """dst = 0.5 dst, *then* dst += 0.5 src (elementwise where the counts agree, else its mean):
     reads src after writing dst; the generator gives it sources over dst's memory (Features.
     late_reads), where eager sees the new values."""
+    _saw("mlate2", (dst,), src)
     dst.mul_(0.5)
     dst.add_(_values(src, dst) * 0.5)
 
@@ -119,6 +190,7 @@ def mlate2(dst: torch.Tensor, src: torch.Tensor) -> None:
 @torch.library.custom_op(f"{_NS}::mlret", mutates_args={"x"})
 def mlret(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """x = 0.5 x - 1, *then* returns a fresh 2 * y + mean(new x), y read after the write"""
+    _saw("mlret", (x,), y)
     x.mul_(0.5).sub_(1)
     return (_values(y, x.new_empty(y.shape)) * 2 + x.mean()).contiguous()
 
@@ -132,6 +204,7 @@ def _(x, y):
 def mcache(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor) -> None:
     """cache[index] = rows (``index_put_``, a KV-cache write; rows of another shape: their mean
     + 1): reads rows before writing, only the indexed slots change"""
+    _saw("mcache", (cache,), rows, index)
     target = cache[index]
     new = _values(rows, target) if rows.shape == target.shape else _values(rows, target) + 1
     cache.index_put_((index,), new)
@@ -140,6 +213,7 @@ def mcache(cache: torch.Tensor, rows: torch.Tensor, index: torch.Tensor) -> None
 @torch.library.custom_op(f"{_NS}::mlist", mutates_args={"x"})
 def mlist(x: torch.Tensor, ys: list[torch.Tensor]) -> None:
     """x = 0.5 x + 0.25 sum(mean(y) for y in ys), the ys read before the write"""
+    _saw("mlist", (x,), ys)
     s = sum((_values(y, x.new_empty(())) for y in ys), x.new_zeros(()))
     x.mul_(0.5).add_(s * 0.25)
 
@@ -147,6 +221,7 @@ def mlist(x: torch.Tensor, ys: list[torch.Tensor]) -> None:
 @torch.library.custom_op(f"{_NS}::moptr", mutates_args={"x"})
 def moptr(x: torch.Tensor, y: torch.Tensor | None) -> None:
     """x = 0.5 x + (mean(y) when y is given, else 1), y read before the write"""
+    _saw("moptr", (x,), y)
     s = x.new_ones(()) if y is None else _values(y, x.new_empty(()))
     x.mul_(0.5).add_(s)
 

@@ -24,8 +24,10 @@ import torch._functorch.config
 import torch._inductor.config
 
 import autofunc
-from autofunc.testing import compile_capture, same_result
+from autofunc.testing import compile_capture, output_aliasing, same_result
 from tools import fuzzing as fuzz  # defines the autofunc_fuzz ops (see their docstrings)
+from tools.fuzzing.check import memory_seen
+from tools.fuzzing.ops import seen
 from tools.report_copies import check_report_copies, program_copies
 
 ops = torch.ops.autofunc_fuzz
@@ -48,7 +50,8 @@ def _compile(fn, own):
 def test_repro():
     torch._dynamo.reset()
     eager_inputs = make_inputs()
-    expected = prog(*eager_inputs)
+    with seen() as eager_seen:  # the memory each call sees
+        expected = prog(*eager_inputs)
     regs = fuzz.register_strategy(STRATEGY)
     own = []
     try:
@@ -57,7 +60,8 @@ def test_repro():
         with torch._functorch.config.patch(enable_autograd_cache=False), \\
                 torch._inductor.config.patch(fx_graph_cache=False):
             compiled, captured = _compile(prog, own)
-            got = compiled(*inputs)
+            with seen() as compiled_seen:
+                got = compiled(*inputs)
     finally:
         for r in regs:
             r.remove()
@@ -65,6 +69,9 @@ def test_repro():
         assert same_result(e, g), f"output {{i}}: eager {{e}} vs compiled {{g}}"
     for i, (e, g) in enumerate(zip(eager_inputs, inputs)):
         assert same_result(e, g), f"input {{i}} after the call: eager {{e}} vs compiled {{g}}"
+    unseen = memory_seen(eager_seen, compiled_seen)
+    assert not unseen, unseen
+    assert output_aliasing(got, inputs) == output_aliasing(expected, eager_inputs), "aliasing"
     if captured is not None and captured.reports:  # the report counts every copy
         check_report_copies(captured, own)
 
