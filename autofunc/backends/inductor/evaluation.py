@@ -30,6 +30,7 @@ __all__ = [
     "lazy_under_inductor",
     "pinnable_root",
     "pinnable_value",
+    "reshape_chain",
     "reshape_view",
 ]
 
@@ -231,8 +232,19 @@ def pinnable_root(node: fx.Node) -> bool:
 
 def pinnable_value(node: fx.Node) -> bool:
     """Whether a value computed before a call can be computed through a pin of its own (Note
-    [A realized value a later call writes] in lazy_reads.py): a root ``pin_root`` would pin."""
-    return view_root(node) is node and not reshape_view(node) and pinnable_root(node)
+    [A realized value a later call writes] in lazy_reads.py): a root ``pin_root`` would pin, or
+    reshapes that view one (``reshape_chain``; the pin goes on that root)."""
+    chain = reshape_chain(node)
+    return all(view_root(n) is n for n in chain) and pinnable_root(chain[-1])
+
+
+def reshape_chain(node: fx.Node) -> list[fx.Node]:
+    """``node``, then the input of each ``reshape`` that views its input (Note [A reshape that
+    views its input]) down to the first node that is no such reshape."""
+    chain = [node]
+    while reshape_view(chain[-1]):
+        chain.append(chain[-1].args[0])
+    return chain
 
 
 def reshape_view(node: Any) -> bool:

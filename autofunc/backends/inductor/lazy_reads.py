@@ -211,7 +211,11 @@ def _written_by_a_later_call(node: fx.Node, call: fx.Node) -> bool:
     call, into a buffer of its own that the later call then writes in place, with no renaming
     (``r5 = a * -2; op(a, r5); op2(r5, r5.t()); return r5``: fuzz seed 20261701 #129 kept a
     240 B clone of ``a``, PyTorch's built-in none). Any other such frontier is not realized: the
-    call keeps its clone (``LAZY_READ``).
+    call keeps its clone (``LAZY_READ``). A frontier node that is a ``reshape`` viewing its input
+    (Note [A reshape that views its input]) is pinned at the root of its reshapes, which are
+    taken again from the pin for its later users (fuzz seeds 20261609 #40 and 20261701 #18:
+    ``r1.view(2, 3).mul_(0.5)`` made the value a later call writes such a reshape, and the first
+    call kept a clone of ``b``, 88 B and 288 B over the built-in).
     """
     return any(
         u > call
@@ -386,19 +390,27 @@ def plan_users_hoisted(
     return plan._replace(moved=tuple(sorted({*plain.moved, *plan.moved})))
 
 
-def realize_before(ctx: Any, call: fx.Node, plan: Realization) -> None:
+def realize_before(
+    ctx: Any, call: fx.Node, plan: Realization, chain: Any = lambda n: [n]
+) -> None:
     """Move the plan's readers to just before ``call`` (in their order), then compute each of
-    its frontier nodes there and make their later users read that."""
+    its frontier nodes there and make their later users read that. ``chain(f)``: ``f`` and the
+    inputs of the reshapes that view them, down to the root a pin of ``f`` goes on."""
     for n in plan.moved:
         call.prepend(n)
     graph, analysis = ctx.gm.graph, ctx.analysis
     for f in plan.nodes:
         later = [u for u in f.users if u is not call and (u.op == "output" or u > call)]
         if f in plan.pinned:  # Note [A realized value a later call writes]
+            *views, root = chain(f)
             with graph.inserting_before(call):
-                pinned = pin_layout(ctx, f)
-            analysis.track(pinned, f)  # a view of f: the reads recorded of f stand
-            analysis.computed_by(f, analysis.position[call])
+                pinned = pin_layout(ctx, root)
+                analysis.track(pinned, root)  # a view of root: the reads recorded stand
+                for v in reversed(views):  # the reshapes again, on the pin
+                    pinned = emit(ctx, v.target, (pinned, *v.args[1:]), v.kwargs)
+                    analysis.track(pinned, v)
+            for n in (root, *views):
+                analysis.computed_by(n, analysis.position[call])
             for u in later:
                 u.replace_input_with(f, pinned)
             continue

@@ -32,6 +32,7 @@ from .evaluation import (
     lazy_under_inductor,
     pinnable_root,
     pinnable_value,
+    reshape_chain,
     reshape_view,
 )
 from .lazy_reads import (
@@ -120,7 +121,7 @@ class InductorPolicy(Policy):
         )
 
     def realize(self, ctx: Pass, call: fx.Node, plan: Realization) -> None:
-        realize_before(ctx, call, plan)
+        realize_before(ctx, call, plan, reshape_chain)
 
     # -- copy and pin -----------------------------------------------------------------------------
 
