@@ -1482,3 +1482,20 @@ def base_reshaped_from_its_root(a):
     v1.mul_(2.0)
     add_(v1, torch.ones((), dtype=a.dtype))
     return ret_after_write(v1, v2)
+
+
+@program(
+    lambda: (torch.randn(4, 5, 4, dtype=torch.float64),),
+    "r = a.sum() * 1.5; s = (a + r).sum() * r; add_(r.view(1), s); add_(r, s): a value read "
+    "before the call, taken by the call and by a later one",
+)
+def call_argument_read_later(a):
+    # Note [Lazy reads computed before the call]: s, computed before the first call for the
+    # second, is the first call's argument too, which Inductor computes before the call into
+    # a buffer of its own anyway; r was cloned (fuzz seed 20261703 #61: 16 B over the built-in)
+    r = a.sum() * 1.5
+    v = r.view(1)
+    s = (a * 1 + r).sum() * v[0]
+    add_(v, s)
+    add_(v[0], s)
+    return r.unsqueeze(0)

@@ -24,6 +24,7 @@ FOUND = [
     "frontier_users_moved_back",  # Note [Users of the frontier moved back before the call]
     "write_no_one_reads",  # Note [A write no one reads]
     "base_reshaped_from_its_root",  # Note [A base merged into a view of its root]
+    "call_argument_read_later",  # Note [Lazy reads computed before the call]
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]

@@ -25,8 +25,11 @@ orders the call's write after that read (a write after read of a realized buffer
 the call keep ``f`` and read that same buffer.
 
 It pays when the frontier is smaller than the buffer: a frontier node the graph returns costs
-nothing (Inductor computes it into the output buffer anyway), any other its size. The rule
-picks the repair only when it costs strictly less than the clone; otherwise the clone stays.
+nothing (Inductor computes it into the output buffer anyway), nor does one the call itself
+takes (Inductor computes the op's argument before the call into a buffer of its own anyway,
+and computes it once for the copy and the op: ``s = (a + r).sum() * r; op(r, s); op2(r, s)``,
+fuzz seed 20261703 #61, cloned ``r``), any other its size. The rule picks the repair only when
+it costs strictly less than the clone; otherwise the clone stays.
 
 Note [Reads moved back before the call]
 Inductor's ``reorder_for_locality`` (before the post-grad passes) moves a pure node down to just
@@ -134,7 +137,8 @@ def plan_realization(
         return None  # (a pin keeps the node's strides)
     # a pinned node costs nothing: the later call takes it as a buffer, which Inductor
     # computes into memory of its own anyway (only earlier)
-    free = returned.union(pinned)
+    # a node the call takes costs nothing either (the Note)
+    free = returned.union(pinned).union(n for n in frontier if call in n.users)
     cost = sum(nbytes_hint(n.meta["val"]) for n in frontier if n not in free)
     return Realization(tuple(sorted(frontier)), cost, moved, pinned)
 
