@@ -1499,3 +1499,18 @@ def call_argument_read_later(a):
     add_(v, s)
     add_(v[0], s)
     return r.unsqueeze(0)
+
+
+@program(
+    lambda: (torch.randn(6, 5, 6, dtype=torch.float64), torch.randn(5, dtype=torch.float64)),
+    "r = b[1:2].sum() * 3; a.add_(r); two_read_first(b[1:2], b[1:2], b); return r: a value "
+    "read before the call through a returned 0-d one, computed where that one stands",
+)
+def frontier_cut_at_its_inputs(a, b):
+    # Note [A frontier cut at its inputs]: a + r, as large as a, was the frontier, and b was
+    # cloned (fuzz seed 20261804 #171: 40 B over the built-in)
+    v = b[1:2]
+    r = v.sum() * 3.0
+    a.add_(r)
+    two_read_first(v, v, b)
+    return r

@@ -25,6 +25,7 @@ FOUND = [
     "write_no_one_reads",  # Note [A write no one reads]
     "base_reshaped_from_its_root",  # Note [A base merged into a view of its root]
     "call_argument_read_later",  # Note [Lazy reads computed before the call]
+    "frontier_cut_at_its_inputs",  # Note [A frontier cut at its inputs]
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]

@@ -80,6 +80,9 @@ class Realization(NamedTuple):
     # of ``nodes``, those computed through a pin rather than a copy (Note [A realized value a
     # later call writes])
     pinned: tuple[fx.Node, ...] = ()
+    # of ``nodes``, those copied where they stand, every user reading the copy (Note [A
+    # frontier cut at its inputs])
+    in_place: tuple[fx.Node, ...] = ()
 
     def __str__(self) -> str:  # the report's detail of a buffer written in place on it
         moved = ", ".join(n.name for n in self.moved)
@@ -139,8 +142,58 @@ def plan_realization(
     # computes into memory of its own anyway (only earlier)
     # a node the call takes costs nothing either (the Note)
     free = returned.union(pinned).union(n for n in frontier if call in n.users)
+    in_place = _cut_at_inputs(frontier, seen, call, early, here, free)
     cost = sum(nbytes_hint(n.meta["val"]) for n in frontier if n not in free)
-    return Realization(tuple(sorted(frontier)), cost, moved, pinned)
+    return Realization(tuple(sorted(frontier)), cost, moved, pinned, in_place)
+
+
+def _cut_at_inputs(
+    frontier: dict[fx.Node, None], seen: set, call: fx.Node, early: set, here: Any, free: set
+) -> tuple[fx.Node, ...]:
+    """Replace in ``frontier`` each node that costs more than the inputs it reads the buffer
+    through by those inputs, copied where they stand; returns them.
+
+    Note [A frontier cut at its inputs]
+    ``r = b[1:2].sum() * 3; a.add_(r); op(b); return r``: the frontier is ``a + r``, as large
+    as ``a`` (the graph copies it into ``a`` after the call), and ``r``, returned. Computing
+    ``a + r`` before the call costs more than a clone of ``b``, which the call kept (fuzz seed
+    20261804 #171: 40 B over PyTorch's built-in). But ``a + r`` reads ``b`` only through ``r``:
+    ``r`` copied where it stands (``c = copy_(empty_like(r), r)`` right after it, every user
+    of ``r`` reading ``c``) is computed there, before the call, into a buffer of its own, and
+    ``a + r`` then reads that buffer wherever Inductor computes it. The copy costs ``r``'s size,
+    nothing where ``r`` is free (returned: the copy is what the graph returns). Only computed
+    values (no view, nothing the call takes or writes) are cut this way, and only where it costs
+    less than the node they replace."""
+    def cost(n: fx.Node) -> int:
+        return 0 if n in free else nbytes_hint(n.meta["val"])
+
+    cut: dict[fx.Node, None] = {}
+    for f in list(frontier):
+        if f in free:
+            continue
+        inputs = [a for a in f.all_input_nodes if a in seen]
+        if not inputs or not all(_copied_in_place(a, call, early, here) for a in inputs):
+            continue
+        if sum(cost(a) for a in inputs if a not in frontier) >= cost(f):
+            continue
+        del frontier[f]
+        for a in inputs:
+            frontier[a] = None
+            cut[a] = None
+    return tuple(sorted(cut))
+
+
+def _copied_in_place(a: fx.Node, call: fx.Node, early: set, here: Any) -> bool:
+    """Whether ``a`` may be copied where it stands (Note [A frontier cut at its inputs])."""
+    return (
+        a.op == "call_function"
+        and a.target not in VIEW_OPS
+        and isinstance(a.meta.get("val"), torch.Tensor)
+        and (a < call or a in early)
+        and call not in a.users
+        and not here(a)
+        and not a.meta.get("autofunc.pin")
+    )
 
 
 def _views_instead(
@@ -403,7 +456,18 @@ def realize_before(
     for n in plan.moved:
         call.prepend(n)
     graph, analysis = ctx.gm.graph, ctx.analysis
+    for f in plan.in_place:  # Note [A frontier cut at its inputs]
+        users = list(f.users)
+        with graph.inserting_after(f):
+            empty = emit(ctx, _aten.empty_like.default, (f,))
+        with graph.inserting_after(empty):
+            copied = emit(ctx, _aten.copy_.default, (empty, f))
+        analysis.add_value(copied, analysis.position[f], users)
+        for u in users:
+            u.replace_input_with(f, copied)
     for f in plan.nodes:
+        if f in plan.in_place:
+            continue
         later = [u for u in f.users if u is not call and (u.op == "output" or u > call)]
         if f in plan.pinned:  # Note [A realized value a later call writes]
             *views, root = chain(f)
