@@ -1514,3 +1514,17 @@ def frontier_cut_at_its_inputs(a, b):
     a.add_(r)
     two_read_first(v, v, b)
     return r
+
+
+@program(
+    lambda: (torch.randn(6, 2, dtype=torch.float64)[1:],),
+    "add_(b, 1) on b = x[1:]; v1, v2 = b.select(1, 0).split([3, 2]); ret_after_write(v1, v2): "
+    "a read beside the write, in a value merged at another storage offset",
+)
+def read_beside_a_shifted_write(b):
+    # Note [A call's value read where it was written]: the read of v2 counted as overlapping
+    # the write of v1 (the first call's value sits at offset 0, b at offset 2), and b was
+    # cloned (fuzz seed 20261805 #4: 120 B over the built-in)
+    add_(b, torch.ones((), dtype=b.dtype))
+    v1, v2 = b.select(1, 0).split([3, 2], 0)
+    return ret_after_write(v1, v2)

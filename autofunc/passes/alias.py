@@ -313,7 +313,11 @@ class AliasAnalysis(ScatterReads, ShiftedVersions):
             return False
         va, vb = self.version[a], self.version[b]
         if va != vb and (va in self._coarse or vb in self._coarse):
-            return True
+            # both sides in the base's coordinates (Note [Written and read in two coordinates])
+            a_regions = self._placed(va, a, a_regions) if va in self._coarse else a_regions
+            b_regions = self._placed(vb, b, b_regions) if vb in self._coarse else b_regions
+            if a_regions is None or b_regions is None:
+                return True
         return any(overlaps(x, y) for x in a_regions for y in b_regions)
 
     def track(self, new: fx.Node, like: fx.Node) -> None:
@@ -341,12 +345,10 @@ class AliasAnalysis(ScatterReads, ShiftedVersions):
         if a == b:
             return
         new_root = self.root[self.version[new]].meta["val"]
-        # Regions are in each version's own storage coordinates, in bytes. ``new``'s are those
+        # Regions are in each version's own storage coordinates, in bytes: ``new``'s are those
         # of ``base``'s only when its root has exactly ``base``'s geometry, storage offset
-        # included (a HOP's fresh base may sit at offset 0 where the input it replaces does not:
-        # a read of its [5:6] would then seem disjoint from a write of the input's [5:6]). Then
-        # each element of ``new``'s root lies at ``base``'s element's byte, whatever ``base``'s
-        # own root is (Note [A base merged into a view of its root]).
+        # included (a HOP's fresh base may sit at offset 0 where the input it replaces does not),
+        # whatever ``base``'s own root is (Note [A base merged into a view of its root]).
         if not same_geometry(new_root, base.meta["val"]):
             self._coarse.update(self._members[b])
             shift = self._shift(base, new)

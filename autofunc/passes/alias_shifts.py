@@ -132,7 +132,10 @@ class ShiftedVersions:
         strides. So such a read is placed exactly in the base's coordinates (``_hits``); any
         other (a read not inside the value's root, through ``as_strided``, of another element
         size, or once the base's own version turned coarse) overlaps everything, as before.
-        The version stays coarse for every other query (``may_overlap``, scatter chains).
+        The version stays coarse for every other query but ``may_overlap`` (two arguments of
+        one call: both placed in the base's coordinates, as below; fuzz seed 20261805 #4, a
+        read of ``b.select(1, 0)[3:]`` seemed to overlap the write of ``[:3]`` after a first
+        call wrote ``b = x[1:]``, and ``b`` was cloned) and scatter chains.
         A call that writes ``q`` and ``k`` of one ``qkv`` needs it: the write-back scatter of
         ``q``'s value reads that value after the call, and used to keep ``k``'s clone.
         The sizes and strides may be symbolic (a token count): Note [Shifts with symbolic

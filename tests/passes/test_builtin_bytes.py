@@ -26,6 +26,7 @@ FOUND = [
     "base_reshaped_from_its_root",  # Note [A base merged into a view of its root]
     "call_argument_read_later",  # Note [Lazy reads computed before the call]
     "frontier_cut_at_its_inputs",  # Note [A frontier cut at its inputs]
+    "read_beside_a_shifted_write",  # Note [Written and read in two coordinates]
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
