@@ -361,7 +361,7 @@ def test_a_call_that_sees_other_memory_than_in_eager_is_wrong():
     assert verdict.over_a_lucky_builtin("v2"), verdict.allocated
 
 
-def test_thememory_seen_is_compared_as_eager_has_it():
+def test_the_memory_seen_is_compared_as_eager_has_it():
     from tools.fuzzing.check import memory_seen
 
     alias, apart = ("m2", ((True, True, True),)), ("m2", ((True, True, False),))

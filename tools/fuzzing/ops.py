@@ -58,23 +58,25 @@ def _saw(name: str, written: tuple, *others: object) -> None:
     """Record one call of ``name`` (``written``: its mutable arguments, then ``others``)."""
     if _SEEN is None:
         return
-    flat = _tensors((written, others))
+    flat = tensors_in((written, others))
     if any(is_fake(t) for t in flat):
         return
-    mutable = _tensors(written)
+    mutable = tensors_in(written)
     _SEEN.append((name, tuple(tuple(_meet(w, t) for t in flat) for w in mutable)))
 
 
-def _tensors(args: object) -> list:
+def tensors_in(args: object) -> list[torch.Tensor]:
+    """The tensors of ``args``, through nested lists and tuples, in order."""
     if isinstance(args, torch.Tensor):
         return [args]
     if isinstance(args, (list, tuple)):
-        return [t for a in args for t in _tensors(a)]
+        return [t for a in args for t in tensors_in(a)]
     return []
 
 
 def _meet(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` share a byte of memory."""
+    """Whether ``a`` and ``b`` share a byte of memory, listed byte by byte: the oracle counts
+    them apart from ``autofunc.regions``, whose arithmetic it checks."""
     if not a.numel() or not b.numel():
         return False
     if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .ops import _NS, REGIONS
+from .ops import _NS, REGIONS, tensors_in
 
 _F64 = "dtype=torch.float64"
 _NAME = re.compile(r"(?<![.\w])([A-Za-z_]\w*)")
@@ -97,7 +97,7 @@ class FuzzProgram:
             out, inputs = self.run_eager()
         except EagerError:
             return False
-        return all(bool(torch.isfinite(t).all()) for t in _tensors((out, inputs)))
+        return all(bool(torch.isfinite(t).all()) for t in tensors_in((out, inputs)))
 
     @property
     def defined(self) -> frozenset[str]:
@@ -106,11 +106,3 @@ class FuzzProgram:
 
 class EagerError(Exception):
     """The program itself raises in eager: not a finding, regenerate it."""
-
-
-def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (tuple, list)):
-        return [t for y in x for t in _tensors(y)]
-    return []
