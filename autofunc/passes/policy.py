@@ -57,6 +57,12 @@ class Policy:
         Here: never, every tensor has the strides the graph records."""
         return False
 
+    def rewrites_root(self, node: fx.Node) -> bool:
+        """Whether the backend may give the root of ``node``'s views memory laid out otherwise
+        than the graph records, even through a pin (rule "a layout the backend chooses", Note
+        [A pinned scatter Inductor rewrites]). Here: never."""
+        return False
+
     def must_fold_scatters(self, buf: fx.Node) -> bool:
         """Whether ``buf``, a view of a graph input written in place, needs every scatter that
         writes it back into its input to fold, else it keeps its clone (rule "graph input:

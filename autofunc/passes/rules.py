@@ -78,6 +78,10 @@ class Reason(enum.Enum):
         "Inductor would fix this computed buffer's layout (its recorded strides are not "
         "contiguous) only at the call, after other nodes used the layout it had"
     )
+    REWRITTEN_ROOT = (
+        "Inductor may turn the scatter this buffer views into a write into other memory (its "
+        "input's buffer, or a clone), laid out otherwise than the graph records"
+    )
     OVERLAPS_ITSELF = (
         "it overlaps itself (a stride-0 view the graph computes); the op gets a dense copy"
     )
@@ -131,6 +135,8 @@ def _unfixed_layout(q: Query) -> Verdict:
     their own layout, and so do buffers whose root the pass pins (the policy does not count
     them as chosen: Note [A pinned root keeps its layout] in backends/inductor/policy.py)."""
     ctx, buf = q.ctx, q.buf
+    if ctx.policy.rewrites_root(buf.node):  # Note [A pinned scatter Inductor rewrites]
+        return Reason.REWRITTEN_ROOT, buf.node.name
     if contiguous_or_false(buf.node.meta["val"]) and contiguous_or_false(q.root.meta["val"]):
         return None
     if not ctx.policy.chooses_layout(buf.node):

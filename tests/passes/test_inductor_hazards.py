@@ -2,6 +2,8 @@
 against eager under Inductor (outputs, final inputs, and whether a returned tensor shares its
 storage with an input)."""
 
+import re
+
 import pytest
 import torch
 import torch._functorch.config as functorch_config
@@ -1232,3 +1234,100 @@ def test_a_reshape_that_views_a_scatter_is_no_root(fuzz_strategy):
     # the scatter Inductor had not computed, and the op wrote element 0 of b, not element 9
     b = torch.randn(8, 3, dtype=torch.float64)[::2]
     check_fuzz_ops(select_of_a_scatter_written, fuzz_strategy, b)
+
+
+# -- a pinned scatter Inductor writes into its input (fuzz seed 20261806 #261, reduced) -------
+
+# ``buf3 = empty_strided_cpu((4, 6), (6, 1), torch.float64)``, ``buf5 = buf3; del buf3  # reuse``
+# and ``reinterpret_tensor(buf3, (2, 6), (12, 1), 12)`` in the wrapper
+_BUFFER = re.compile(r"(buf\d+) = empty_strided_cpu\(\(([^)]*)\), \(([^)]*)\)")
+_REUSED = re.compile(r"(buf\d+) = (buf\d+); del buf\d+  # reuse")
+_VIEW = re.compile(r"reinterpret_tensor\((buf\d+), \(([^)]*)\), \(([^)]*)\), (\d+)\)")
+
+
+def _span(size: str, stride: str, offset: int = 0) -> int:
+    """The elements from a buffer's start that a geometry (wrapper text) reaches."""
+    sizes = [int(n) for n in size.split(",") if n.strip()]
+    strides = [int(s) for s in stride.split(",") if s.strip()]
+    if 0 in sizes:
+        return 0
+    return offset + sum((n - 1) * s for n, s in zip(sizes, strides)) + 1
+
+
+def views_past_their_buffers(code: str) -> list[str]:
+    """The ``reinterpret_tensor`` views of Inductor's wrapper ``code`` that reach past the
+    buffer the wrapper allocated for them."""
+    allocated, past = {}, []
+    for line in code.splitlines():
+        for m in _BUFFER.finditer(line):
+            allocated[m.group(1)] = _span(m.group(2), m.group(3))
+        for m in _REUSED.finditer(line):
+            allocated[m.group(1)] = allocated.get(m.group(2))
+        for m in _VIEW.finditer(line):
+            have = allocated.get(m.group(1))
+            if have is not None and _span(m.group(2), m.group(3), int(m.group(4))) > have:
+                past.append(f"{m.group(0)} of {have} elements")
+    return past
+
+
+def wrapper_code(fn, *inputs) -> str:
+    """Inductor's wrapper code for ``fn(*inputs)``, compiled and never run (a view past its
+    buffer would write past the allocation)."""
+    from unittest import mock
+
+    from torch._inductor.graph import GraphLowering
+
+    codes = []
+
+    class _NotRun:
+        def call(self, *args):
+            raise _Stop
+
+    class _Stop(Exception):
+        pass
+
+    def compile_to_module(self):
+        wrapper, _ = self.codegen_with_cpp_wrapper() if self.cpp_wrapper else self.codegen()
+        codes.append(wrapper.value)
+        return _NotRun()
+
+    with mock.patch.object(GraphLowering, "compile_to_module", compile_to_module):
+        torch._dynamo.reset()
+        with pytest.raises(_Stop):
+            torch.compile(fn, fullgraph=True)(*inputs)
+    (code,) = codes
+    return code
+
+
+def diagonal_of_a_gappy_input_written(a):
+    v1 = a.permute(0, 1)[1:3]
+    t2 = torch.ones(24, dtype=torch.float64)
+    t3 = torch.ones(24, dtype=torch.float64)
+    v4 = v1.diagonal(3, 0, 1)
+    fuzz.m1(v4, t3)  # v1: a clone, put back by a diagonal_scatter inside a slice_scatter
+    v6 = v4.unsqueeze(-1)
+    fuzz.m2(t2, v1, v6)  # writes the slice_scatter's value
+    return t3.sum(), v6, t3, t2[14:15:2]
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_scatter_inductor_writes_into_its_input_is_not_pinned(fuzz_strategy):
+    # Note [A pinned scatter Inductor rewrites] in backends/inductor/evaluation.py: under v1
+    # the slice_scatter was pinned with its recorded strides (12, 1), Inductor wrote it into
+    # its input's buffer, laid out (6, 1), and m2 wrote 40 bytes past that 192-byte buffer
+    a = torch.randn(8, 6, dtype=torch.float64)[::2]
+    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        assert views_past_their_buffers(wrapper_code(diagonal_of_a_gappy_input_written, a)) == []
+    check_fuzz_ops(diagonal_of_a_gappy_input_written, fuzz_strategy, a)
+
+
+def test_views_past_their_buffers_reads_the_wrapper():
+    code = (
+        "buf3 = empty_strided_cpu((4, 6), (6, 1), torch.float64)\n"
+        "buf5 = buf3; del buf3  # reuse\n"
+        "op(reinterpret_tensor(buf5, (2, 6), (6, 1), 12), reinterpret_tensor(buf5, (2, 6), "
+        "(12, 1), 12))\n"
+    )
+    assert views_past_their_buffers(code) == [
+        "reinterpret_tensor(buf5, (2, 6), (12, 1), 12) of 24 elements"
+    ]

@@ -16,11 +16,11 @@ import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from ...passes.memory_ops import VIEW_OPS, storage_address
+from ...passes.memory_ops import SCATTER_VIEWS, VIEW_OPS, storage_address
 from ...passes.policy import LateReads
 from ...passes.targets import per_target
 from ...passes.walks import view_root, view_walk
-from ...symbolic import is_symbolic
+from ...symbolic import contiguous_or_false, is_symbolic, known
 from .repairs import INPLACEABLE
 
 __all__ = [
@@ -28,10 +28,12 @@ __all__ = [
     "computed_where_taken",
     "lazy_kind",
     "lazy_under_inductor",
+    "pin_keeps_layout",
     "pinnable_root",
     "pinnable_value",
     "reshape_chain",
     "reshape_view",
+    "storage_root",
 ]
 
 _aten = torch.ops.aten
@@ -216,18 +218,118 @@ def pinnable_root(node: fx.Node) -> bool:
     late by the call (Note [A layout fixed after it was used]) holds, since the layout is fixed
     before any other user of the root is lowered. Only a root (never a view: Note [A written
     view of an unrealized buffer]) of a kind Inductor lays out itself, without unbacked sizes,
-    the roots ``pin_root`` pins."""
-    nodes = list(view_walk(node))
-    while reshape_view(nodes[-1]):  # Note [A reshape that views its input]
-        nodes += view_walk(nodes[-1].args[0])
-    root = nodes[-1]
+    whose layout a pin keeps (Note [A pinned scatter Inductor rewrites]): the roots
+    ``pin_root`` pins."""
+    root = storage_root(node)
     val = root.meta.get("val")
     return (
         isinstance(root.target, torch._ops.OpOverload)
         and isinstance(val, torch.Tensor)
         and lazy_kind(root)
         and not (val._has_symbolic_sizes_strides and free_unbacked_symbols(val))
+        and pin_keeps_layout(root)
     )
+
+
+def storage_root(node: fx.Node) -> fx.Node:
+    """The root of ``node``'s views, through reshapes that view their input (Note [A reshape
+    that views its input]): the node whose buffer Inductor computes."""
+    nodes = list(view_walk(node))
+    while reshape_view(nodes[-1]):
+        nodes += view_walk(nodes[-1].args[0])
+    return nodes[-1]
+
+
+def pin_keeps_layout(root: fx.Node) -> bool:
+    """Whether an ``as_strided`` of ``root`` with its recorded geometry (a pin) reads the memory
+    Inductor gives ``root`` as the graph records it, whatever Inductor's own re-inplacing makes
+    of ``root``.
+
+    Note [A pinned scatter Inductor rewrites]
+    Inductor gives the input of an ``as_strided`` its recorded strides (Note [A pinned root keeps
+    its layout]), but a scatter (``INPLACEABLE``) need not be that input in the end: Inductor's
+    own re-inplacing, which runs after the pass, turns it into a write into its first argument,
+    whose memory the value then is, and a diagonal or ``as_strided`` scatter it does not write
+    in place into a ``clone`` of that argument written through a view. The pin then reads that
+    argument's memory, laid out as Inductor chose for the argument's root, or the clone's,
+    laid out densely. With another geometry than the scatter's recorded one it reads other
+    elements, or past the allocation (fuzz seed 20261806 #261 under v1: the pinned
+    ``slice_scatter`` of a ``diagonal_scatter`` over a computed value recorded with strides
+    ``(12, 1)`` and laid out densely; the op wrote 40 bytes past a 192-byte buffer, and the
+    process died). So a scatter keeps its layout through a pin only where the argument has the
+    scatter's size and strides, its root is a graph input or a computed value recorded
+    contiguous (the layout Inductor gives one unasked, padding aside) that keeps its own
+    layout the same way, and, where a clone may stand for it, the scatter is recorded dense.
+    Any other root is no root the pass pins, and a buffer of it is cloned (rule "a layout the
+    backend chooses")."""
+    if root.target not in INPLACEABLE:
+        return True
+    val = root.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return False
+    if _may_become_a_clone(root) and not _dense(val):
+        return False
+    return _argument_kept(root)
+
+
+def _argument_kept(scatter: fx.Node) -> bool:
+    """Whether ``scatter``'s first argument has its geometry and memory laid out as recorded
+    without a pin (Note [A pinned scatter Inductor rewrites])."""
+    src = scatter.args[0] if scatter.args else None
+    sval, val = getattr(src, "meta", {}).get("val"), scatter.meta.get("val")
+    if not (isinstance(sval, torch.Tensor) and isinstance(val, torch.Tensor)):
+        return False
+    if not _same_geometry(sval, val):
+        return False
+    base = storage_root(src)
+    if base.op == "placeholder":
+        return True
+    bval = base.meta.get("val")
+    if not (isinstance(bval, torch.Tensor) and contiguous_or_false(bval)):
+        return False
+    return base.target not in INPLACEABLE or _argument_kept(base)
+
+
+# The views whose scatter Inductor always lowers into a write into a clone of the input when it
+# does not write the input itself (``_ALWAYS_MUTATING_SCATTER_OPS`` in its re-inplacing); a
+# scatter of another view fuses with one that puts back a view of them.
+_CLONED_SCATTERS = frozenset({_aten.diagonal_scatter.default, _aten.as_strided_scatter.default})
+
+
+def _may_become_a_clone(scatter: fx.Node) -> bool:
+    """Whether Inductor may lower ``scatter`` as a write into a clone of its input: it or a
+    scatter it puts back (its source, through sources that are scatters) is a diagonal or
+    ``as_strided`` scatter, or an ``index_put``."""
+    node: Any = scatter
+    while isinstance(node, fx.Node) and node.target in INPLACEABLE:
+        if node.target in _CLONED_SCATTERS or node.target not in SCATTER_VIEWS:
+            return True
+        node = node.args[1] if len(node.args) > 1 else None
+    return False
+
+
+def _same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` provably have one size and stride (no guard)."""
+    return a.dim() == b.dim() and all(
+        known(x == y) for x, y in zip((*a.shape, *a.stride()), (*b.shape, *b.stride()))
+    )
+
+
+def _dense(val: torch.Tensor) -> bool:
+    """Whether ``val``'s elements provably fill its span without gaps or overlap (a clone keeps
+    its strides): contiguous, or a permutation of contiguous for static geometry."""
+    if contiguous_or_false(val):
+        return True
+    if any(is_symbolic(x) for x in (*val.shape, *val.stride())):
+        return False
+    if 0 in val.shape:
+        return True
+    expected = 1
+    for st, n in sorted((st, n) for n, st in zip(val.shape, val.stride()) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
 
 
 def pinnable_value(node: fx.Node) -> bool:

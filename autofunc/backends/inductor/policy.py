@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 
 import torch
 from torch import fx
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ...hops.adapter import Mutation, mutation_targets
 from ...passes.context import Buffer, Pass, Query, written_regions
@@ -28,12 +27,13 @@ from ...symbolic import contiguous_or_false, overlaps_itself
 from .evaluation import (
     LATE_READS,
     computed_where_taken,
-    lazy_kind,
     lazy_under_inductor,
+    pin_keeps_layout,
     pinnable_root,
     pinnable_value,
     reshape_chain,
     reshape_view,
+    storage_root,
 )
 from .lazy_reads import (
     Realization,
@@ -58,6 +58,10 @@ class InductorPolicy(Policy):
         # Note [Layouts Inductor chooses]; not where the pass pins the root (Note [A pinned
         # root keeps its layout])
         return node.op != "placeholder" and not pinnable_root(node)
+
+    def rewrites_root(self, node: fx.Node) -> bool:
+        # Note [A pinned scatter Inductor rewrites]
+        return not pin_keeps_layout(storage_root(node))
 
     def must_fold_scatters(self, buf: fx.Node) -> bool:
         return True  # Note [Views of graph inputs]
@@ -233,16 +237,7 @@ class InductorPolicy(Policy):
         *chain, root = nodes
         if any(v.meta.get("autofunc.pin") for v in chain):
             return  # pinned already
-        if (
-            not chain
-            or not isinstance(root.target, torch._ops.OpOverload)
-            or not isinstance(root.meta.get("val"), torch.Tensor)
-            or not lazy_kind(root)
-            or (
-                root.meta["val"]._has_symbolic_sizes_strides
-                and free_unbacked_symbols(root.meta["val"])
-            )
-        ):
+        if not chain or not pinnable_root(root):
             return
         first = chain[-1]  # the view of the root
         with ctx.gm.graph.inserting_before(first):
