@@ -372,3 +372,18 @@ def test_the_memory_seen_is_compared_as_eager_has_it():
         b = torch.zeros(4)
         fuzz_ops.m2(b, b[1:], b[:1].clone())
     assert calls == [("m2", ((True, True, False), (True, True, False)))]
+
+
+def test_an_argument_past_its_storage_is_refused_before_the_op_writes():
+    # Note [Arguments inside their storage] in tools/fuzzing/ops.py: Inductor's wrapper hands
+    # the op views of its buffers unchecked (seed 20261806 #261: 40 B past a 192 B buffer)
+    from torch._C._dynamo.guards import _reinterpret_tensor
+
+    buf = torch.zeros(24, dtype=torch.float64)
+    inside = _reinterpret_tensor(buf, (2, 6), (6, 1), 12)
+    past = _reinterpret_tensor(buf, (2, 6), (12, 1), 12)
+    with pytest.raises(RuntimeError, match=r"m1: tensor argument 1 ends at byte 240 of a 192"):
+        fuzz_ops.m1(inside, past)
+    assert not buf.any()  # refused before any write
+    fuzz_ops.m1(inside, inside)
+    assert buf[12:].eq(1).all() and not buf[:12].any()

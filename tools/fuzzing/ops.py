@@ -55,14 +55,41 @@ def seen() -> Iterator[list]:
 
 
 def _saw(name: str, written: tuple, *others: object) -> None:
-    """Record one call of ``name`` (``written``: its mutable arguments, then ``others``)."""
-    if _SEEN is None:
-        return
+    """Record one call of ``name`` (``written``: its mutable arguments, then ``others``), after
+    checking that every argument lies inside its storage (Note [Arguments inside their
+    storage])."""
     flat = tensors_in((written, others))
     if any(is_fake(t) for t in flat):
         return
+    _inside_storage(name, flat)
+    if _SEEN is None:
+        return
     mutable = tensors_in(written)
     _SEEN.append((name, tuple(tuple(_meet(w, t) for t in flat) for w in mutable)))
+
+
+# Note [Arguments inside their storage]
+# Compiled code hands an op views of its own buffers (``reinterpret_tensor`` in Inductor's
+# wrapper), which nothing checks against the allocation: a view whose geometry reaches past its
+# buffer lets the op read and write memory that is not the tensor's, and the process dies later,
+# somewhere else, or computes a wrong value by chance (fuzz seed 20261806 #261). Every fuzz op
+# checks its arguments first and raises, naming the argument, before it reads or writes any: the
+# program fails where it went wrong instead of corrupting the process that runs the sweep.
+
+
+def _inside_storage(name: str, tensors: list[torch.Tensor]) -> None:
+    """Raise ``RuntimeError`` if one of ``tensors`` (the arguments of a call of ``name``)
+    reaches past its storage (Note [Arguments inside their storage])."""
+    for i, t in enumerate(tensors):
+        if not t.numel():
+            continue
+        last = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        end, have = (last + 1) * t.element_size(), t.untyped_storage().nbytes()
+        if end > have:
+            raise RuntimeError(
+                f"{_NS}::{name}: tensor argument {i} ends at byte {end} of a {have}-byte storage"
+                " (a view past its buffer)"
+            )
 
 
 def tensors_in(args: object) -> list[torch.Tensor]:
