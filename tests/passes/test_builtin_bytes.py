@@ -6,6 +6,9 @@ allocates no more than the (right) built-in v2 under Inductor."""
 
 import pytest
 import torch
+import torch._inductor.config as inductor_config
+
+import autofunc
 
 from autofunc.testing import run_against_eager
 from tools import corpus
@@ -37,6 +40,9 @@ CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
 # before a call and written by a later one, pinned at its root (Note [A realized value a later
 # call writes]: 88 B and 288 B over the built-in before)
 FUZZ = [(20261609, 71), (20261609, 128), (20261801, 80), (20261609, 40), (20261701, 18)]
+# a constant read before a call that writes it (Note [A constant read apart from the write]: 8 B
+# over the built-in before, its reader computed before the call into a buffer of its own)
+FUZZ += [(20261901, 62)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)
@@ -108,3 +114,30 @@ def test_a_written_view_pins_its_value_where_the_write_is_read(fn, pinned):
     finally:
         for r in regs:
             r.remove()
+
+
+def _constant_read_before_the_call(a):  # fuzz seed 20261901 #62, shrunk
+    r0 = a.sum() * -2.0
+    t1 = torch.ones(1, dtype=torch.float64)
+    r4 = t1.sum() * 3.0  # t1's old value: Inductor may compute r4 after m2 wrote t1
+    r5 = r0.sum() * 3.0
+    fuzz.m2(r5, t1, r5)
+    fuzz.m3([a], t1)
+    return (r4,)
+
+
+def test_a_constant_read_before_the_call_is_read_apart_from_the_write():
+    # Note [A constant read apart from the write] in backends/inductor/constants.py: the
+    # reader gets its own ones(3), computed inside its kernel; no copy, no clone
+    from autofunc.inductor import last_reports
+
+    a = torch.randn(4, 6, dtype=torch.float64)
+    with autofunc.override("v2", fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        last_reports(clear=True)
+        compiled = torch.compile(_constant_read_before_the_call, fullgraph=True)
+        check = run_against_eager(_constant_read_before_the_call, compiled, (a,))
+        reports = last_reports(clear=True)
+    assert check.correct, check.mismatch
+    assert [c for r in reports for c in r.copies] == []
+    assert sum(r.num_clones for r in reports) == 0

@@ -24,6 +24,7 @@ from ...passes.memory_ops import VIEW_OPS
 from ...passes.policy import LateReads, Policy
 from ...passes.walks import users_through_views, view_root, view_walk
 from ...symbolic import contiguous_or_false, overlaps_itself
+from .constants import rematerialize_constant_reads
 from .evaluation import (
     LATE_READS,
     computed_where_taken,
@@ -80,7 +81,8 @@ class InductorPolicy(Policy):
         return frozenset() if V.aot_compilation else positions
 
     def repairs_before(self) -> Sequence[Callable[[fx.Graph], Any]]:
-        return REPAIRS_BEFORE
+        # Note [A constant read apart from the write] in constants.py
+        return (*REPAIRS_BEFORE, rematerialize_constant_reads)
 
     def repairs_after(self) -> Sequence[Callable[[Pass], Any]]:
         return REPAIRS_AFTER
