@@ -126,17 +126,25 @@ def _constant_read_before_the_call(a):  # fuzz seed 20261901 #62, shrunk
     return (r4,)
 
 
-def test_a_constant_read_before_the_call_is_read_apart_from_the_write():
+def _arange_read_through_a_view(a):  # fuzz seed 20261609 #95, in part
+    t0 = torch.arange(4, dtype=torch.float64).view(4)  # iota, then convert_element_type
+    r2 = t0 * -2.0  # through the view: the old value again
+    fuzz.mlate(t0, a.sum(0))
+    return r2.cumsum(0), t0[1]
+
+
+@pytest.mark.parametrize("fn", [_constant_read_before_the_call, _arange_read_through_a_view])
+def test_a_constant_read_before_the_call_is_read_apart_from_the_write(fn):
     # Note [A constant read apart from the write] in backends/inductor/constants.py: the
-    # reader gets its own ones(3), computed inside its kernel; no copy, no clone
+    # reader gets its own constant, computed inside its kernel; no copy, no clone (before: a
+    # buffer computed before the call for the first, a clone of the arange for the second)
     from autofunc.inductor import last_reports
 
     a = torch.randn(4, 6, dtype=torch.float64)
     with autofunc.override("v2", fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
         torch._dynamo.reset()
         last_reports(clear=True)
-        compiled = torch.compile(_constant_read_before_the_call, fullgraph=True)
-        check = run_against_eager(_constant_read_before_the_call, compiled, (a,))
+        check = run_against_eager(fn, torch.compile(fn, fullgraph=True), (a,))
         reports = last_reports(clear=True)
     assert check.correct, check.mismatch
     assert [c for r in reports for c in r.copies] == []

@@ -2,12 +2,14 @@
 the facts (``InductorPolicy.repairs_before``, Note [Pipeline] step 1 in ``reinplace.py``).
 
 ``rematerialize_constant_reads(graph)`` gives each reader of a constant that a call writes (a
-``full``, ``zeros``, ``ones``, ``arange``: a value with no tensor input) a copy of the constant
-of its own, made right before it. Reads the graph's order and node kinds; no Inductor
-configuration.
+``full``, ``zeros``, ``ones``, ``arange``: a value with no tensor input, or a pointwise value of
+one alone) a copy of the constant of its own, made right before it, through the views it reads
+it by. Reads the graph's order and node kinds; no Inductor configuration.
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 from torch import fx
@@ -52,24 +54,98 @@ def rematerialize_constant_reads(graph: fx.Graph) -> None:
     is neither a view nor a write gets its own copy of the constant, made right before it: a
     node with one such user, which Inductor computes inside that user's kernel, with no memory
     of its own, and never the memory the call writes. Readers before the call and old values
-    read after it alike then read nothing a call writes. Only constants some call writes (the
-    constant or a view of it is an argument of a functional mutation node) are copied; their
-    other users (the calls, views, extern kernels) keep the constant itself.
+    read after it alike then read nothing a call writes. A reader of a view of the constant
+    (``torch.arange(2).view(2)``, a slice, a select: views Inductor computes by indexing, never
+    ``as_strided`` or a dtype view, which take memory) gets the views again, on its own copy;
+    and a pointwise value of a constant alone is a constant too (``torch.arange(4,
+    dtype=torch.float64)`` is a ``convert_element_type`` of an ``iota``; fuzz seed 20261609
+    #95: a 16-byte clone of it before), copied with the chain that makes it.
+    Only constants some call writes (the constant or a view of it is an argument of a functional
+    mutation node) are copied; their other users (the calls, extern kernels) keep the constant.
     """
     targets = mutation_targets()
     constants = [n for t in _CONSTANTS for n in graph.find_nodes(op="call_function", target=t)]
-    for node in constants:
-        if not _constant(node):
+    for root in constants:
+        if not _constant(root):
             continue
-        users = users_through_views(node)
-        if not any(u.target in targets for u in users):
-            continue
-        for reader in [u for u in node.users if _computes_inline(u)]:
-            with graph.inserting_before(reader):
-                own = graph.call_function(node.target, node.args, dict(node.kwargs))
-            own.meta.update(node.meta)
-            own.meta["val"] = _fresh_value(node)
-            reader.replace_input_with(node, own)
+        for made in _computed_from(root):  # the constant, and pointwise values of it alone
+            if not any(u.target in targets for u in users_through_views(made[-1])):
+                continue
+            for chain, reader in _inline_readers(made[-1]):
+                with graph.inserting_before(reader):
+                    own = None
+                    for n in [*made, *chain]:
+                        own = _copy_node(graph, n, own)
+                reader.replace_input_with(chain[-1] if chain else made[-1], own)
+
+
+def _computed_from(root: fx.Node) -> list[list[fx.Node]]:
+    """``[root]``, and ``[root, ..., v]`` for each value ``v`` computed from ``root`` alone by a
+    chain of pointwise nodes of one tensor input (``arange(2, dtype=torch.float64)`` is a
+    ``convert_element_type`` of an ``iota``): values of their index alone too."""
+    out, todo = [], [[root]]
+    while todo:
+        made = todo.pop()
+        out.append(made)
+        for user in made[-1].users:
+            if _pointwise_of(user, made[-1]):
+                todo.append([*made, user])
+    return out
+
+
+def _pointwise_of(user: fx.Node, node: fx.Node) -> bool:
+    """Whether ``user`` is a pointwise node whose only tensor input is ``node``, its first
+    argument."""
+    target = user.target
+    return (
+        user.op == "call_function"
+        and isinstance(target, torch._ops.OpOverload)
+        and torch.Tag.pointwise in target.tags
+        and not target._schema.is_mutable
+        and bool(user.args)
+        and user.args[0] is node
+        and all(
+            a is node or not isinstance(a.meta.get("val"), torch.Tensor)
+            for a in user.all_input_nodes
+        )
+    )
+
+
+def _inline_readers(node: fx.Node) -> list[tuple[list[fx.Node], fx.Node]]:
+    """``(views, reader)`` for each reader Inductor computes inline of ``node`` or of a chain of
+    index views of it (``views``, from ``node`` on)."""
+    out, todo = [], [(node, [])]
+    while todo:
+        src, chain = todo.pop()
+        for user in src.users:
+            if user.op == "call_function" and user.target in _INDEX_VIEWS and user.args[0] is src:
+                todo.append((user, [*chain, user]))
+            elif _computes_inline(user):
+                out.append((chain, user))
+    return out
+
+
+def _copy_node(graph: fx.Graph, node: fx.Node, src: fx.Node | None) -> fx.Node:
+    """``node`` made again at the insertion point, on ``src`` in place of its first input
+    (``None``: the constant, with its own arguments), its fake value computed anew (a
+    constant's over a storage of its own)."""
+    args = node.args if src is None else (src, *node.args[1:])
+    new = graph.call_function(node.target, args, dict(node.kwargs))
+    new.meta.update(node.meta)
+    new.meta["val"] = _fake_value(new)
+    return new
+
+
+# Views Inductor computes from a value not yet computed by indexing it (no memory read), one
+# tensor each (not the pieces of a split or unbind).
+_INDEX_VIEWS = VIEW_OPS - {
+    _aten.as_strided.default,
+    _aten.view.dtype,
+    _aten.split.Tensor,
+    _aten.split_with_sizes.default,
+    _aten.unbind.int,
+    operator.getitem,
+}
 
 
 def _constant(node: fx.Node) -> bool:
@@ -93,9 +169,9 @@ def _computes_inline(user: fx.Node) -> bool:
     )
 
 
-def _fresh_value(node: fx.Node) -> torch.Tensor:
-    """A fake value like ``node``'s over a storage of its own (the alias analysis names memory
-    by fake storage)."""
+def _fake_value(node: fx.Node) -> torch.Tensor:
+    """``node``'s fake value computed anew from its arguments' (a constant's over a storage of
+    its own: the alias analysis names memory by fake storage)."""
     val = node.meta["val"]
     args = map_arg(node.args, lambda n: n.meta["val"])
     kwargs = map_arg(node.kwargs, lambda n: n.meta["val"])
