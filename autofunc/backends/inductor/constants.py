@@ -16,6 +16,7 @@ from torch import fx
 from torch.fx.node import map_arg
 
 from ...hops.adapter import mutation_targets
+from ...passes.copies import COPY_TARGETS
 from ...passes.memory_ops import VIEW_OPS
 from ...passes.walks import users_through_views
 from .evaluation import lazy_kind
@@ -101,6 +102,7 @@ def _pointwise_of(user: fx.Node, node: fx.Node) -> bool:
         user.op == "call_function"
         and isinstance(target, torch._ops.OpOverload)
         and torch.Tag.pointwise in target.tags
+        and target not in COPY_TARGETS  # a copy stays one copy (the report counts them)
         and not target._schema.is_mutable
         and bool(user.args)
         and user.args[0] is node
