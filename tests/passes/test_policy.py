@@ -248,3 +248,40 @@ def test_scans_inductor_runs_as_extern_kernels_on_a_cpu():
     with inductor_config.patch(cpu_backend="triton"):  # a backend with scans: lowered lazily
         lazy = _lazy_nodes(f, "fake", *inputs)
     assert [lazy[n] for n in ("cumsum", "cumprod")] == [True, True]
+
+
+def _pins_keep_layouts(f, *inputs):
+    """``pin_keeps_layout`` of every scatter of ``make_fx(f)`` (fake values), by node name."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autofunc.backends.inductor.evaluation import pin_keeps_layout
+    from autofunc.backends.inductor.repairs import INPLACEABLE
+
+    gm = make_fx(f, tracing_mode="fake")(*inputs)
+    return {n.name: pin_keeps_layout(n) for n in gm.graph.nodes if n.target in INPLACEABLE}
+
+
+def test_a_scatter_keeps_its_pinned_layout_only_over_memory_laid_out_as_recorded():
+    # Note [A pinned scatter Inductor rewrites]: Inductor may write a scatter into its input
+    def f(a, c):
+        into_input = a.slice_scatter(a[1:3] * 2, 0, 1, 3)  # input memory: as recorded
+        computed = c * 1.0  # a computed value, laid out contiguously unless asked otherwise
+        into_computed = computed.slice_scatter(computed[1:3] * 2, 0, 1, 3)
+        d = into_input.diagonal_scatter(into_input.diagonal(3) * 2, 3)  # may become a clone
+        return into_computed, d
+
+    gappy = torch.randn(8, 6)[::2]  # strides (12, 1)
+    kept = _pins_keep_layouts(f, gappy, torch.randn(4, 6))
+    assert kept == {"slice_scatter": True, "slice_scatter_1": True, "diagonal_scatter": False}
+    kept = _pins_keep_layouts(f, gappy, torch.randn(6, 4).t())  # c * 1.0 recorded (1, 4)
+    assert kept["slice_scatter_1"] is False
+
+
+def test_a_scatter_over_memory_inductor_may_pad_keeps_no_pinned_layout():
+    # on a GPU Inductor pads strides above 1024 elements of a buffer it lays out itself
+    from autofunc.backends.inductor.evaluation import _unpadded
+
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        small, large = torch.empty(4, 6, device="meta"), torch.empty(2, 2000, device="meta")
+    assert _unpadded(small) and not _unpadded(large)
+    assert _unpadded(torch.empty(2, 2000))  # a CPU: no padding

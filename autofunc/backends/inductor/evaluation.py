@@ -258,8 +258,9 @@ def pin_keeps_layout(root: fx.Node) -> bool:
     ``(12, 1)`` and laid out densely; the op wrote 40 bytes past a 192-byte buffer, and the
     process died). So a scatter keeps its layout through a pin only where the argument has the
     scatter's size and strides, its root is a graph input or a computed value recorded
-    contiguous (the layout Inductor gives one unasked, padding aside) that keeps its own
-    layout the same way, and, where a clone may stand for it, the scatter is recorded dense.
+    contiguous (the layout Inductor gives one unasked; on a GPU only with strides too small to
+    pad) that keeps its own layout the same way, and, where a clone may stand for it, the
+    scatter is recorded dense.
     Any other root is no root the pass pins, and a buffer of it is cloned (rule "a layout the
     backend chooses")."""
     if root.target not in INPLACEABLE:
@@ -285,9 +286,22 @@ def _argument_kept(scatter: fx.Node) -> bool:
     if base.op == "placeholder":
         return True
     bval = base.meta.get("val")
-    if not (isinstance(bval, torch.Tensor) and contiguous_or_false(bval)):
+    if not (isinstance(bval, torch.Tensor) and contiguous_or_false(bval) and _unpadded(bval)):
         return False
     return base.target not in INPLACEABLE or _argument_kept(base)
+
+
+# Inductor pads only strides above this many elements (``padding_stride_threshold``).
+_PADDED_ABOVE = 1024
+
+
+def _unpadded(val: torch.Tensor) -> bool:
+    """Whether Inductor lays out a computed ``val`` it is not asked to lay out otherwise with
+    the contiguous strides: on a GPU it pads strides above a threshold to an alignment
+    (``comprehensive_padding``, off on a CPU)."""
+    if val.device.type == "cpu":
+        return True
+    return all(not is_symbolic(st) and st <= _PADDED_ABOVE for st in val.stride())
 
 
 # The views whose scatter Inductor always lowers into a write into a clone of the input when it
