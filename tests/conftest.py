@@ -11,6 +11,8 @@ import torch  # noqa: E402
 import autofunc  # noqa: E402,F401
 from tools import corpus  # noqa: E402
 
+from tests.inductor_code import WrapperViews  # noqa: E402
+
 try:  # records triton.language before any test interprets a kernel (Note [Triton's
     # interpreter leaves triton.language patched] in autofunc/bench/user_triton.py)
     from autofunc.bench import user_triton  # noqa: E402,F401
@@ -79,6 +81,23 @@ def _fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+_WRAPPER_VIEWS = WrapperViews()
+_WRAPPER_VIEWS.install()
+
+
+@pytest.fixture(autouse=True)
+def _no_view_past_its_buffer():
+    """Fail a test during which Inductor generated a view past the buffer it views: the
+    program would read and write memory that is not its own, and crash a later test
+    (tests/inductor_code.py)."""
+    _WRAPPER_VIEWS.found.clear()
+    yield
+    found = list(_WRAPPER_VIEWS.found)
+    _WRAPPER_VIEWS.found.clear()
+    if found:
+        pytest.fail(f"Inductor generated views past their buffers: {found[:3]}")
 
 
 @pytest.fixture(params=["v1", "v2"])

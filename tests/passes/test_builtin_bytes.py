@@ -43,6 +43,9 @@ FUZZ = [(20261609, 71), (20261609, 128), (20261801, 80), (20261609, 40), (202617
 # a constant read before a call that writes it (Note [A constant read apart from the write]: 8 B
 # over the built-in before, its reader computed before the call into a buffer of its own)
 FUZZ += [(20261901, 62)]
+# and not a constant only read by a call (a ones(50) slice read, 400 B over before), nor read by
+# a reshape handed to a call (an arange: 192 B over before)
+FUZZ += [(20261902, 79), (20261902, 202)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

@@ -2,8 +2,6 @@
 against eager under Inductor (outputs, final inputs, and whether a returned tensor shares its
 storage with an input)."""
 
-import re
-
 import pytest
 import torch
 import torch._functorch.config as functorch_config
@@ -13,6 +11,8 @@ import autofunc
 from autofunc.testing import run_against_eager
 from tools import corpus
 from tools import fuzzing as fuzz  # the autofunc_fuzz ops
+
+from tests.inductor_code import views_past_their_buffers
 
 
 @torch.library.custom_op("autofunc_hazards::add_one", mutates_args={"x"})
@@ -1237,38 +1237,6 @@ def test_a_reshape_that_views_a_scatter_is_no_root(fuzz_strategy):
 
 
 # -- a pinned scatter Inductor writes into its input (fuzz seed 20261806 #261, reduced) -------
-
-# ``buf3 = empty_strided_cpu((4, 6), (6, 1), torch.float64)``, ``buf5 = buf3; del buf3  # reuse``
-# and ``reinterpret_tensor(buf3, (2, 6), (12, 1), 12)`` in the wrapper
-_BUFFER = re.compile(r"(buf\d+) = empty_strided_cpu\(\(([^)]*)\), \(([^)]*)\)")
-_REUSED = re.compile(r"(buf\d+) = (buf\d+); del buf\d+  # reuse")
-_VIEW = re.compile(r"reinterpret_tensor\((buf\d+), \(([^)]*)\), \(([^)]*)\), (\d+)\)")
-
-
-def _span(size: str, stride: str, offset: int = 0) -> int:
-    """The elements from a buffer's start that a geometry (wrapper text) reaches."""
-    sizes = [int(n) for n in size.split(",") if n.strip()]
-    strides = [int(s) for s in stride.split(",") if s.strip()]
-    if 0 in sizes:
-        return 0
-    return offset + sum((n - 1) * s for n, s in zip(sizes, strides)) + 1
-
-
-def views_past_their_buffers(code: str) -> list[str]:
-    """The ``reinterpret_tensor`` views of Inductor's wrapper ``code`` that reach past the
-    buffer the wrapper allocated for them."""
-    allocated, past = {}, []
-    for line in code.splitlines():
-        for m in _BUFFER.finditer(line):
-            allocated[m.group(1)] = _span(m.group(2), m.group(3))
-        for m in _REUSED.finditer(line):
-            allocated[m.group(1)] = allocated.get(m.group(2))
-        for m in _VIEW.finditer(line):
-            have = allocated.get(m.group(1))
-            if have is not None and _span(m.group(2), m.group(3), int(m.group(4))) > have:
-                past.append(f"{m.group(0)} of {have} elements")
-    return past
-
 
 def wrapper_code(fn, *inputs) -> str:
     """Inductor's wrapper code for ``fn(*inputs)``, compiled and never run (a view past its

@@ -15,7 +15,7 @@ import torch
 from torch import fx
 from torch.fx.node import map_arg
 
-from ...hops.adapter import mutation_targets
+from ...hops.adapter import mutation_targets, read_node
 from ...passes.copies import COPY_TARGETS
 from ...passes.memory_ops import VIEW_OPS
 from ...passes.walks import users_through_views
@@ -61,8 +61,11 @@ def rematerialize_constant_reads(graph: fx.Graph) -> None:
     and a pointwise value of a constant alone is a constant too (``torch.arange(4,
     dtype=torch.float64)`` is a ``convert_element_type`` of an ``iota``; fuzz seed 20261609
     #95: a 16-byte clone of it before), copied with the chain that makes it.
-    Only constants some call writes (the constant or a view of it is an argument of a functional
-    mutation node) are copied; their other users (the calls, extern kernels) keep the constant.
+    Only constants some call writes (the constant or a view of it is a buffer of a functional
+    mutation node) are copied, and only for readers that compute it inside a kernel: a reshape
+    is a view to Inductor, and a copy of the constant for one that a call takes would be a
+    buffer of its own (fuzz seed 20261902 #202, 192 B). The other users (the calls, extern
+    kernels) keep the constant.
     """
     targets = mutation_targets()
     constants = [n for t in _CONSTANTS for n in graph.find_nodes(op="call_function", target=t)]
@@ -70,7 +73,7 @@ def rematerialize_constant_reads(graph: fx.Graph) -> None:
         if not _constant(root):
             continue
         for made in _computed_from(root):  # the constant, and pointwise values of it alone
-            if not any(u.target in targets for u in users_through_views(made[-1])):
+            if not _written(made[-1], targets):
                 continue
             for chain, reader in _inline_readers(made[-1]):
                 with graph.inserting_before(reader):
@@ -78,6 +81,19 @@ def rematerialize_constant_reads(graph: fx.Graph) -> None:
                     for n in [*made, *chain]:
                         own = _copy_node(graph, n, own)
                 reader.replace_input_with(chain[-1] if chain else made[-1], own)
+
+
+def _written(node: fx.Node, targets: tuple) -> bool:
+    """Whether a functional mutation node writes ``node`` or a view of it (one read by no
+    adapter counts as writing what it takes)."""
+    users = users_through_views(node)
+    mine = {node, *(u for u in users if u.op == "call_function" and u.target in VIEW_OPS)}
+    for user in users:
+        if user.target in targets:
+            m = read_node(user)
+            if m is None or any(b in mine for b in m.buffers):
+                return True
+    return False
 
 
 def _computed_from(root: fx.Node) -> list[list[fx.Node]]:
@@ -140,7 +156,7 @@ def _copy_node(graph: fx.Graph, node: fx.Node, src: fx.Node | None) -> fx.Node:
 
 # Views Inductor computes from a value not yet computed by indexing it (no memory read), one
 # tensor each (not the pieces of a split or unbind).
-_INDEX_VIEWS = VIEW_OPS - {
+_INDEX_VIEWS = (VIEW_OPS | {_aten.reshape.default}) - {
     _aten.as_strided.default,
     _aten.view.dtype,
     _aten.split.Tensor,
@@ -166,6 +182,7 @@ def _computes_inline(user: fx.Node) -> bool:
         and isinstance(target, torch._ops.OpOverload)
         and lazy_kind(user)
         and target not in VIEW_OPS
+        and target not in _INDEX_VIEWS  # a reshape: a view of a value not computed yet
         and target not in INPLACEABLE
         and not target._schema.is_mutable
     )
