@@ -285,3 +285,26 @@ def test_a_scatter_over_memory_inductor_may_pad_keeps_no_pinned_layout():
         small, large = torch.empty(4, 6, device="meta"), torch.empty(2, 2000, device="meta")
     assert _unpadded(small) and not _unpadded(large)
     assert _unpadded(torch.empty(2, 2000))  # a CPU: no padding
+
+
+def test_a_diagonal_scatter_into_an_input_keeps_its_layout_where_inductor_writes_the_input():
+    # Note [A pinned scatter Inductor rewrites]: a diagonal scatter Inductor does not write
+    # into its input becomes a clone of the input, laid out densely; it writes the input only
+    # where the graph copies a value back into it and nothing reads the input in between
+    def written_back(b, x):
+        s = torch.diagonal_scatter(b, b.diagonal(-1) + x.sum(), -1)
+        b.copy_(s)
+        return x * 2
+
+    def read_in_between(b, x):
+        s = torch.diagonal_scatter(b, b.diagonal(-1) + x.sum(), -1)
+        y = b * 2  # the input's old value, after the scatter
+        b.copy_(s)
+        return y
+
+    gappy, x = torch.randn(6, 3, 2)[::2], torch.randn(3)  # strides (12, 2, 1): not dense
+    assert _pins_keep_layouts(written_back, gappy, x) == {"diagonal_scatter": True}
+    assert _pins_keep_layouts(read_in_between, gappy, x) == {"diagonal_scatter": False}
+    assert _pins_keep_layouts(read_in_between, torch.randn(3, 3, 2), x) == {
+        "diagonal_scatter": True  # dense: a clone has its layout
+    }

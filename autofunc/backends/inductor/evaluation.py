@@ -19,7 +19,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from ...passes.memory_ops import SCATTER_VIEWS, VIEW_OPS, storage_address
 from ...passes.policy import LateReads
 from ...passes.targets import per_target
-from ...passes.walks import view_root, view_walk
+from ...passes.walks import users_through_views, view_root, view_walk
 from ...symbolic import contiguous_or_false, is_symbolic, known
 from .repairs import INPLACEABLE
 
@@ -260,7 +260,10 @@ def pin_keeps_layout(root: fx.Node) -> bool:
     scatter's size and strides, its root is a graph input or a computed value recorded
     contiguous (the layout Inductor gives one unasked; on a GPU only with strides too small to
     pad) that keeps its own layout the same way, and, where a clone may stand for it, the
-    scatter is recorded dense.
+    scatter is recorded dense or Inductor writes it into its input, a graph input, as it does
+    where the graph copies a value back into that input and nothing uses the input in between
+    (fuzz seed 20261902 #140: ``b.diagonal(-1).add_(r)`` on a strided input, then a call
+    writing that diagonal; cloned for a while, 240 B over the built-in).
     Any other root is no root the pass pins, and a buffer of it is cloned (rule "a layout the
     backend chooses")."""
     if root.target not in INPLACEABLE:
@@ -268,9 +271,31 @@ def pin_keeps_layout(root: fx.Node) -> bool:
     val = root.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return False
-    if _may_become_a_clone(root) and not _dense(val):
+    if _may_become_a_clone(root) and not _dense(val) and not _written_into_its_input(root):
         return False
     return _argument_kept(root)
+
+
+def _written_into_its_input(scatter: fx.Node) -> bool:
+    """Whether Inductor's re-inplacing writes ``scatter`` into its first argument, a graph
+    input, rather than into a clone of it: as Inductor decides it (``can_inplace``), the graph
+    copies a value back into that input after the scatter, and nothing between the two uses
+    the input's memory (no other scatter into it either, before or after)."""
+    inp = scatter.args[0] if scatter.args else None
+    if not (isinstance(inp, fx.Node) and inp.op == "placeholder"):
+        return False
+    copies = [
+        u for u in inp.users if u.target is _aten.copy_.default and u.args[0] is inp and u > scatter
+    ]
+    if not copies:
+        return False
+    back = max(copies)
+    for user in users_through_views(inp):
+        if user is scatter or user is back or user.target in VIEW_OPS:
+            continue
+        if user.target in INPLACEABLE or scatter < user < back:
+            return False
+    return True
 
 
 def _argument_kept(scatter: fx.Node) -> bool:
