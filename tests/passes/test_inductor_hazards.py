@@ -1299,3 +1299,22 @@ def test_views_past_their_buffers_reads_the_wrapper():
     assert views_past_their_buffers(code) == [
         "reinterpret_tensor(buf5, (2, 6), (12, 1), 12) of 24 elements"
     ]
+
+
+# -- a frontier node that reads the buffer itself is not cut (fuzz seed 20261904 #244) ---------
+
+
+def sum_of_the_input_read_before_the_call(b):
+    v0 = b[2:3:2, 3:4:2]
+    r1 = v0.sum() * 1.5
+    r3 = (b + r1).sum()  # reads b itself, and b through r1
+    fuzz.m2(v0, v0, v0)
+    return r3.view(1)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_frontier_node_that_reads_the_buffer_is_not_cut_at_its_inputs(fuzz_strategy):
+    # Note [A frontier cut at its inputs] in backends/inductor/lazy_reads.py: b + r1 was cut at
+    # r1 alone, and Inductor summed b after m2 wrote it (the built-in is wrong too)
+    b = torch.randn(4, 6, dtype=torch.float64)
+    check_fuzz_ops(sum_of_the_input_read_before_the_call, fuzz_strategy, b)

@@ -142,13 +142,19 @@ def plan_realization(
     # computes into memory of its own anyway (only earlier)
     # a node the call takes costs nothing either (the Note)
     free = returned.union(pinned).union(n for n in frontier if call in n.users)
-    in_place = _cut_at_inputs(frontier, seen, call, early, here, free)
+    in_place = _cut_at_inputs(frontier, seen, set(readers), call, early, here, free)
     cost = sum(nbytes_hint(n.meta["val"]) for n in frontier if n not in free)
     return Realization(tuple(sorted(frontier)), cost, moved, pinned, in_place)
 
 
 def _cut_at_inputs(
-    frontier: dict[fx.Node, None], seen: set, call: fx.Node, early: set, here: Any, free: set
+    frontier: dict[fx.Node, None],
+    seen: set,
+    readers: set,
+    call: fx.Node,
+    early: set,
+    here: Any,
+    free: set,
 ) -> tuple[fx.Node, ...]:
     """Replace in ``frontier`` each node that costs more than the inputs it reads the buffer
     through by those inputs, copied where they stand; returns them.
@@ -163,13 +169,15 @@ def _cut_at_inputs(
     ``a + r`` then reads that buffer wherever Inductor computes it. The copy costs ``r``'s size,
     nothing where ``r`` is free (returned: the copy is what the graph returns). Only computed
     values (no view, nothing the call takes or writes) are cut this way, and only where it costs
-    less than the node they replace."""
+    less than the node they replace; never a node that reads the buffer itself (``readers``:
+    fuzz seed 20261904 #244, ``(b + r1).sum()`` with ``r1`` read from ``b`` was cut at ``r1``,
+    and the sum read ``b`` after the call wrote it)."""
     def cost(n: fx.Node) -> int:
         return 0 if n in free else nbytes_hint(n.meta["val"])
 
     cut: dict[fx.Node, None] = {}
     for f in list(frontier):
-        if f in free:
+        if f in free or f in readers:
             continue
         inputs = [a for a in f.all_input_nodes if a in seen]
         if not inputs or not all(_copied_in_place(a, call, early, here) for a in inputs):
