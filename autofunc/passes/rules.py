@@ -360,9 +360,20 @@ def _lazy_read(q: Query) -> Verdict:
     # lazy, and how to compute them before the call, is the policy's (``Policy.late_reads``,
     # ``Policy.plan_realization``; none under GENERIC).
     ctx = q.ctx
-    if ctx.policy.late_reads() is None:
+    late = ctx.policy.late_reads()
+    if late is None:
         return None
     readers = ctx.analysis.reads_before_used_after(q.node, q.buf.node, q.written)
+    # a lazy reader an earlier call moved back before its own call stands after this call for
+    # the analysis but before it in the graph, as lazy as before (fuzz seed 20261904 #70: a
+    # sum of a copy the second call writes, computed after it)
+    analysis = ctx.analysis
+    moved = [
+        r
+        for r in analysis.reads_after(q.node, q.buf.node, q.written)
+        if r < q.node and late.lazy(r)
+    ]
+    readers = list(dict.fromkeys([*readers, *moved]))
     if not readers:
         return None
     plan = ctx.policy.plan_realization(q, readers)

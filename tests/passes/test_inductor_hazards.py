@@ -1318,3 +1318,29 @@ def test_a_frontier_node_that_reads_the_buffer_is_not_cut_at_its_inputs(fuzz_str
     # r1 alone, and Inductor summed b after m2 wrote it (the built-in is wrong too)
     b = torch.randn(4, 6, dtype=torch.float64)
     check_fuzz_ops(sum_of_the_input_read_before_the_call, fuzz_strategy, b)
+
+
+# -- a reader moved back before an earlier call is still lazy (fuzz seed 20261904 #70) --------
+
+
+def a_reader_moved_back_then_written(a, b):
+    r0 = b.sum(1) * 1.5
+    r1 = r0.sum(0) * -2.0
+    v2 = r1.unsqueeze(-1)
+    r4 = v2.sum() * 0.5
+    t5 = torch.ones(2, dtype=torch.float64)
+    r8 = v2 * -2.0
+    fuzz.m1(v2, t5)  # t5 + r4 moved before this call, r4 copied where it stands
+    t5.add_(r4)
+    fuzz.m2(r4, r8, r4)  # writes that copy: t5 + r4 must be computed before
+    fuzz.mlist(v2, [r8, t5, v2])
+    return r4, r1, v2
+
+
+def test_a_reader_moved_back_before_an_earlier_call_is_still_a_lazy_read():
+    # Note [Reads moved back before the call]: the analysis keeps a moved reader at its old
+    # place, after the second call, so neither of its read rules saw it (the built-in is wrong
+    # too, differently)
+    a = torch.randn(7, 2, 2, dtype=torch.float64)[1:]
+    b = torch.randn(3, 3, dtype=torch.float64).permute(1, 0)
+    check_fuzz_ops(a_reader_moved_back_then_written, "v2", a, b)
