@@ -179,6 +179,12 @@ class Query:
     def written(self) -> list[Region]:
         return written_regions(self.ctx.analysis, self.buf)
 
+    @functools.cached_property
+    def reads_after(self) -> list[fx.Node]:
+        """The readers of an old value of the written memory after the call, for the analysis
+        (``AliasAnalysis.reads_after``): asked by two rules, computed once."""
+        return self.ctx.analysis.reads_after(self.node, self.buf.node, self.written)
+
     def written_here(self, node: fx.Node) -> bool:
         """Whether ``node`` now denotes memory this call writes (a buffer of the call decided
         before this one: written in place, or the copy it was cloned into): after the call it

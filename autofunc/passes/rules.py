@@ -367,12 +367,7 @@ def _lazy_read(q: Query) -> Verdict:
     # a lazy reader an earlier call moved back before its own call stands after this call for
     # the analysis but before it in the graph, as lazy as before (fuzz seed 20261904 #70: a
     # sum of a copy the second call writes, computed after it)
-    analysis = ctx.analysis
-    moved = [
-        r
-        for r in analysis.reads_after(q.node, q.buf.node, q.written)
-        if r < q.node and late.lazy(r)
-    ]
+    moved = [r for r in q.reads_after if r < q.node and late.lazy(r)]
     readers = list(dict.fromkeys([*readers, *moved]))
     if not readers:
         return None
@@ -384,7 +379,7 @@ def _lazy_read(q: Query) -> Verdict:
 
 def _read_later(q: Query) -> Verdict:
     ctx = q.ctx
-    readers = ctx.analysis.reads_after(q.node, q.buf.node, q.written)
+    readers = q.reads_after
     # a reader an earlier call moved back before its own call (Note [Reads moved back before
     # the call]) is still at its old position for the analysis
     later = [r for r in readers if r > q.node]
