@@ -387,3 +387,29 @@ def test_an_argument_past_its_storage_is_refused_before_the_op_writes():
     assert not buf.any()  # refused before any write
     fuzz_ops.m1(inside, inside)
     assert buf[12:].eq(1).all() and not buf[:12].any()
+
+
+def test_bits_of_a_cancelled_sum_read_as_zero():
+    # two roundings of a sum whose terms cancel differ from their top bits on
+    noise = torch.tensor([3.0642e-14, 3.1530e-14, -2.0e-15], dtype=torch.float64)
+    assert fuzz_ops._bits(noise.view(torch.int64)).tolist() == [0.0, 0.0, 0.0]
+    value = torch.tensor([1.5, -0.25], dtype=torch.float64)
+    assert fuzz_ops._bits(value.view(torch.int64)).tolist() != [0.0, 0.0]
+
+
+def test_an_int_view_of_a_cancelled_sum_reads_alike_under_inductor():
+    # seed 20261905 #48, shrunk: m3way makes b zero-mean, so t4 is the rounding noise of its
+    # sum, which Inductor sums in another order; m1 reads t4's bits. Eager and every
+    # compiled configuration disagreed (the built-in as autofunc) before _bits read it as 0
+    lines = (
+        "ops.m3way(b, b, b)\nr0 = b.sum(2) * -2.0\nr1 = r0.sum() * -2.0\nt4 = r1 + r1\n"
+        "ops.m1(t4, t4.view(torch.int64))"
+    )
+    program = dataclasses.replace(
+        _program(lines, ("t4",)),
+        inputs=("torch.randn(2, 6, 4, dtype=torch.float64)",),
+        input_seed=1145680854,
+    )
+    verdict = fuzz.against_builtin(program, "inductor")
+    assert verdict.builtin == "right", verdict.failures
+    assert verdict.outcome("v2") == "ok", verdict.failures["v2"]
