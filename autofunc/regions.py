@@ -237,10 +237,33 @@ def _in_root_elements(size, stride, off, itemsize: int, root_itemsize: int) -> l
 
 
 def contains(a: Region, b: Region) -> bool:
-    """Whether every element of ``b`` is provably in ``a`` (exact boxes of one root only)."""
-    if a.box is None or b.box is None or not _same_root(a.root, b.root):
-        return False
-    for (a0, a1, sa), (b0, b1, sb) in zip(a.box, b.box):
+    """Whether every element of ``b`` is provably in ``a``: exact boxes of one root, a gapless
+    ``a`` whose bytes hold ``b``'s interval, or both regions' exact elements.
+
+    Note [Containment without a box]
+    A view no select/slice chain describes (an ``unfold``, a transposed slice) has no box, so
+    only the boxes could not place it inside anything: a read of ``x.unfold(1, 2, 2)[..., 2:,
+    :]`` after a first call wrote ``x`` in place at another storage offset could not be placed
+    in ``x``'s coordinates (Note [Written and read in two coordinates]), overlapped the same
+    call's write of ``[..., :2, :]`` and cloned ``x`` (fuzz seed 20261906 #36, 192 B over
+    PyTorch's built-in). Two facts need no box: a region whose elements fill their byte
+    interval (sizes and strides of a permuted contiguous tensor) holds every byte inside that
+    interval, and two small static regions (``Region.elems``) are compared element by
+    element."""
+    if a.box is not None and b.box is not None and _same_root(a.root, b.root):
+        if _box_contains(a.box, b.box):
+            return True
+    if _gapless(a) and _known(a.lo <= b.lo) and _known(b.hi <= a.hi):
+        return True
+    if a.elems is not None and b.elems is not None:
+        if a.elems[3] == b.elems[3]:
+            return _starts(*b.elems[:3]) <= _starts(*a.elems[:3])
+        return _bytes(b.elems) <= _bytes(a.elems)
+    return False
+
+
+def _box_contains(a: tuple, b: tuple) -> bool:
+    for (a0, a1, sa), (b0, b1, sb) in zip(a, b):
         if _known(b1 <= b0):
             return True  # b is empty
         if not (_known(a0 <= b0) and _known(b1 <= a1)):
@@ -249,6 +272,22 @@ def contains(a: Region, b: Region) -> bool:
             ints = all(isinstance(x, int) for x in (a0, b0, sa, sb))
             if not (ints and sb % sa == 0 and (b0 - a0) % sa == 0):
                 return False
+    return True
+
+
+def _gapless(r: Region) -> bool:
+    """Whether ``r``'s view (static sizes and strides) covers every byte of ``[lo, hi)``: its
+    dims of more than one element, ordered by stride, are those of a contiguous tensor."""
+    if r.geom is None:
+        return False
+    size, stride, _, _ = r.geom
+    if not all(isinstance(x, int) for x in (*size, *stride)):
+        return False
+    expected = 1
+    for n, st in sorted(((n, st) for n, st in zip(size, stride) if n > 1), key=lambda d: d[1]):
+        if st != expected:
+            return False
+        expected *= n
     return True
 
 

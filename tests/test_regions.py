@@ -49,6 +49,27 @@ def test_contains_needs_whole_progressions(x):
     assert not contains(whole_cols, region_of(x[1:3, 1::2], x))
 
 
+def test_contains_a_view_without_a_box():
+    # Note [Containment without a box]: an unfold's split has no box; the whole root holds it
+    # by its bytes, and two small regions compare element by element
+    a = torch.empty(2, 2, 6)
+    u = a.unfold(1, 2, 2)
+    left, right = u[:, :, :2], u[:, :, 2:]
+    whole = region_of(a, a)
+    assert region_of(right, a).box is None
+    assert contains(whole, region_of(right, a)) and contains(whole, region_of(left, a))
+    assert contains(region_of(u, a), region_of(right, a))
+    assert not contains(region_of(right, a), region_of(u, a))
+    assert not contains(region_of(left, a), region_of(right, a))
+    # a permuted contiguous region is gapless; a strided one is not, even over its interval
+    t = torch.empty(64, 80)
+    assert contains(region_of(t.t(), t), region_of(t[3:9, 1::7], t))
+    big = torch.empty(100, 100)
+    cols = big[:, ::2]
+    assert region_of(cols, big).elems is None  # too many elements to list
+    assert not contains(region_of(cols, big), region_of(big[5:7, 1::2].t(), big))
+
+
 def test_an_empty_view_is_empty_and_nothing_else_is(x):
     assert is_empty(region_of(x[2:2], x)) and is_empty(region_of(x[:, 3:3], x))
     assert not is_empty(region_of(x[0, 0:1], x)) and not is_empty(region_of(x, x))

@@ -49,6 +49,9 @@ FUZZ += [(20261902, 79), (20261902, 202)]
 # a diagonal scatter into a strided input, pinned where Inductor writes it into the input
 # (Note [A pinned scatter Inductor rewrites]: cloned for a while, 240 B over)
 FUZZ += [(20261902, 140)]
+# a read of an unfold's split after a first call wrote its root at another offset (Note
+# [Containment without a box]: placed in the root's coordinates only by a box before, 192 B over)
+FUZZ += [(20261906, 36)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)
