@@ -44,8 +44,11 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any, ClassVar, Protocol
 
+import torch
+
 from .. import views
 from ..schema import OpInfo
+from ..symbolic import known
 
 __all__ = [
     "RUN_FAKE",
@@ -138,6 +141,9 @@ class Mutation:
     # (slot label, the earlier slot's label whose very tensor it gets): eager passed one object
     # as both (Note [Arguments keep their identity] in common.py); others get their own object
     same_objects: tuple[tuple[str, str], ...] = ()
+    # the op's arguments by name as tracing saw them, fake tensors with eager's strides, where
+    # the node recorded them (Note [The strides eager passes] in common.py)
+    traced: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     # Whether the backend gives each argument of the direct call exactly its recorded strides
     # by fixing the layout of a buffer it computes (a custom op, a Triton kernel); else a
@@ -192,6 +198,16 @@ class Mutation:
         op's schema tells the backend what it writes."""
         return []
 
+    def with_traced_reads(self) -> "Mutation":
+        """This mutation with each tensor of ``kwargs`` (the arguments the op only reads, as
+        they are) replaced by its traced value where that has the same shape, dtype and device
+        (Note [The strides eager passes] in common.py): ``direct_call`` of it then gives the
+        values whose strides eager passes."""
+        if not self.traced:
+            return self
+        kwargs = {k: _traced_or(self.traced.get(k), v) for k, v in self.kwargs.items()}
+        return dataclasses.replace(self, kwargs=kwargs)
+
     def call_kwargs(self, args: list[Any]) -> dict[str, Any]:
         """The op's keyword arguments with ``args[k]`` as slot ``k``'s tensor."""
         out = {k: list(v) if isinstance(v, list) else v for k, v in self.kwargs.items()}
@@ -201,6 +217,25 @@ class Mutation:
             else:
                 out[slot.arg][slot.index] = value
         return out
+
+
+def _traced_or(traced: Any, value: Any) -> Any:
+    """``traced`` where it is a tensor that ``value`` (a graph node) computes with other
+    strides at most: the same shape, dtype and device; else ``value``. Lists element-wise."""
+    if isinstance(value, (list, tuple)) and isinstance(traced, (list, tuple)):
+        if len(value) != len(traced):
+            return value
+        return type(value)(_traced_or(t, v) for t, v in zip(traced, value))
+    val = getattr(value, "meta", {}).get("val") if value is not None else None
+    if not (isinstance(traced, torch.Tensor) and isinstance(val, torch.Tensor)):
+        return value
+    same = (
+        traced.dtype == val.dtype
+        and traced.device == val.device
+        and traced.dim() == val.dim()
+        and all(known(a == b) for a, b in zip(traced.shape, val.shape))
+    )
+    return traced if same else value
 
 
 # Note [The adapter seam]

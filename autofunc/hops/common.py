@@ -30,6 +30,7 @@ from ..symbolic import contiguous_or_false, copy_extent, known
 __all__ = [
     "AutofuncHOP",
     "Distinct",
+    "TRACED_KWARGS",
     "clone_exact",
     "geometry_known",
     "get_base",
@@ -290,7 +291,26 @@ def trace_call(
         out = hop(_op, **kwargs)
     proxy_kwargs = pytree.tree_map(mode.tracer.unwrap_proxy, kwargs)
     proxy = mode.tracer.create_proxy("call_function", hop, (_op,), proxy_kwargs)
+    proxy.node.meta[TRACED_KWARGS] = pytree.tree_map(_traced_value, proxy_kwargs)
     return track_tensor_tree(out, proxy, constant=None, tracer=mode.tracer)
+
+
+# Note [The strides eager passes]
+# Inductor gives a ``needs_exact_strides`` op (every custom op by default) exactly the strides
+# of its call's ``eager_input_vals``. The pass makes that call from the HOP after the graph's
+# own passes, which may have replaced an argument by another value of other strides:
+# Inductor's joint-graph patterns turn ``torch.zeros(5, 3, 4).cumsum(2)`` into an ``expand`` of
+# one row (strides ``(0, 0, 1)``), and the op, handed ``(12, 4, 1)`` in eager, got the expanded
+# row (fuzz seed 20261906 #53; a kernel that assumes a dense input reads other elements). The
+# proxy rule keeps each keyword argument's value as tracing saw it (``node.meta[TRACED_KWARGS]``,
+# an fx node's value at that point), and the direct call's ``eager_input_vals`` take a read
+# argument's strides from there (``Mutation.traced``, ``with_traced_reads``): where the graph
+# now computes other strides, Inductor copies the value into eager's.
+TRACED_KWARGS = "autofunc_traced_kwargs"
+
+
+def _traced_value(x: Any) -> Any:
+    return x.node.meta.get("val") if isinstance(x, torch.fx.Proxy) else None
 
 
 def functionalize_call(ctx: Any, hop: AutofuncHOP, _op: str, kwargs: dict[str, Any]) -> Any:

@@ -17,6 +17,7 @@ from ..schema import OpInfo, resolve, op_info
 from .adapter import Mutation, Slot, register_adapter, slot_label
 from .common import (
     AutofuncHOP,
+    TRACED_KWARGS,
     call_result,
     clone_exact,
     normalize_args,
@@ -134,7 +135,9 @@ class V1Adapter:
             kwargs[arg.name] = [None] * len(value) if isinstance(value, (list, tuple)) else None
         found = mutable_slots(info, node.kwargs)
         slots = tuple(Slot(name, i, k, views.ViewChain()) for k, (name, i, _) in enumerate(found))
-        return Mutation(info, self.strategy, tuple(t for _, _, t in found), slots, kwargs)
+        buffers = tuple(t for _, _, t in found)
+        traced = node.meta.get(TRACED_KWARGS) or {}
+        return Mutation(info, self.strategy, buffers, slots, kwargs, traced=traced)
 
 
 # -- the rules of ``autofunc_v1`` (the shared bodies: hops/common.py) -------------------------

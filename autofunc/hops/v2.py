@@ -22,6 +22,7 @@ from ..schema import RESERVED_KWARGS, OpInfo, op_info, resolve
 from .adapter import Mutation, Slot, register_adapter, slot_label
 from .common import (
     AutofuncHOP,
+    TRACED_KWARGS,
     call_result,
     Distinct,
     clone_exact,
@@ -408,7 +409,9 @@ class V2Adapter:
                     same_object=alias.same_object,
                 )
             )
-        mutation = Mutation(info, self.strategy, tuple(node.kwargs["_bases"]), tuple(slots), kwargs)
+        bases = tuple(node.kwargs["_bases"])
+        traced = node.meta.get(TRACED_KWARGS) or {}
+        mutation = Mutation(info, self.strategy, bases, tuple(slots), kwargs, traced=traced)
         wire = node.kwargs.get("_same")
         if not wire:
             return mutation

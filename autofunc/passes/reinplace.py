@@ -444,8 +444,10 @@ def _emit_call(
     inherit_unbacked_bindings(call, node, n)  # Note [Unbacked outputs]
     if m.eager_input_vals:
         # Note [Why the op travels by name]: Inductor constrains a needs_exact_strides op's
-        # inputs to these values, which have exactly the strides eager passes.
-        call.meta["eager_input_vals"] = fake_values((direct.args, direct.kwargs))
+        # inputs to these values, which have exactly the strides eager passes: the slots' as
+        # regenerated, the read arguments' as traced (Note [The strides eager passes])
+        eager = m.with_traced_reads().direct_call([tensors[s.label] for s in m.slots])
+        call.meta["eager_input_vals"] = fake_values((eager.args, eager.kwargs))
     ctx.policy.declare_writes(ctx, written, call, n)
     return call, (None if n == 1 and not m.returns_tuple else n)
 

@@ -1344,3 +1344,37 @@ def test_a_reader_moved_back_before_an_earlier_call_is_still_a_lazy_read():
     a = torch.randn(7, 2, 2, dtype=torch.float64)[1:]
     b = torch.randn(3, 3, dtype=torch.float64).permute(1, 0)
     check_fuzz_ops(a_reader_moved_back_then_written, "v2", a, b)
+
+
+# -- the strides the op is handed (Note [The strides eager passes] in hops/common.py) ---------
+
+_STRIDES_SEEN: list = []
+
+
+@torch.library.custom_op("autofunc_hazards::add_sum_of", mutates_args={"x"})
+def add_sum_of(x: torch.Tensor, y: torch.Tensor) -> None:
+    _STRIDES_SEEN.append(tuple(y.stride()))
+    x.add_(y.sum())
+
+
+def cumsum_of_zeros_read(x):
+    r = torch.zeros(5, 3, 4).cumsum(2)  # Inductor's patterns make this an expand of one row
+    add_sum_of(x, r)
+    return r, x
+
+
+@pytest.mark.parametrize("strategy", ["v1", "v2", "pytorch_v2"])
+def test_a_read_argument_the_graph_recomputes_keeps_eagers_strides(strategy):
+    # fuzz seed 20261906 #53: the op was handed strides (0, 0, 1) where eager hands (12, 4, 1)
+    reg = None if strategy == "pytorch_v2" else autofunc.register(add_sum_of, strategy=strategy)
+    autofunc.reinplace_pytorch_nodes(strategy == "pytorch_v2")
+    try:
+        _STRIDES_SEEN.clear()
+        with inductor_config.patch(fx_graph_cache=False):
+            torch._dynamo.reset()
+            check_inductor(cumsum_of_zeros_read, torch.ones(3))
+    finally:
+        autofunc.reinplace_pytorch_nodes(False)
+        if reg is not None:
+            reg.remove()
+    assert _STRIDES_SEEN == [(12, 4, 1), (12, 4, 1)]  # eager's call, then the compiled one
