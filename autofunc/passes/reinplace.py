@@ -104,7 +104,7 @@ from .report import CallReport, Decision, Reason, Report
 from .rules import RULES, Rule, decide
 from .scatters import fold_scatters
 from .stale_views import refresh_stale_views
-from .walks import view_walk
+from .walks import view_root, view_walk
 from ..logs import get_logger
 
 __all__ = ["RULES", "Plan", "Rule", "apply_plan", "plan_buffer", "reinplace"]
@@ -386,6 +386,19 @@ def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> 
         # [A written view of an unrealized buffer] in backends/inductor/policy.py)
         ctx.policy.pin_root(ctx, buf)
     late = ctx.policy.late_reads()
+    if plan.inplace and late is not None:
+        # Note [What a call writes is computed by the call]
+        # A backend hands an opaque op the memory it writes: where the written value is lazy
+        # (``r = b * 1.5; op(r)``), the backend computes it into a buffer no later than the call
+        # (Inductor realizes a mutated argument's storage, the base of a written view too, and
+        # copies back into it a copy it made for a layout), and every user after the call reads
+        # that buffer. So the root's reads end at the call: a later call writing ``b`` is no
+        # write under a pending read of ``r`` (fuzz seed 20261907 #217 under v2: ``m2(b, r, v)``
+        # then ``mlret(b, b)`` cloned ``b`` for ``r``, returned at the end; 24 B over the
+        # built-in, which writes ``b`` in place).
+        root = view_root(buf)
+        if root.op == "call_function":
+            analysis.computed_by(root, analysis.position[node])
     if plan.inplace and late is not None and late.taken is not None:
         # what the pins on the way to the op make the backend compute before the call (Note
         # [Values computed where they are taken] in backends/inductor/policy.py)

@@ -8,6 +8,7 @@ import torch._functorch.config as functorch_config
 import torch._inductor.config as inductor_config
 
 import autofunc
+from autofunc.reports import collect_reports
 from autofunc.testing import run_against_eager
 from tools import corpus
 from tools import fuzzing as fuzz  # the autofunc_fuzz ops
@@ -1378,3 +1379,26 @@ def test_a_read_argument_the_graph_recomputes_keeps_eagers_strides(strategy):
         if reg is not None:
             reg.remove()
     assert _STRIDES_SEEN == [(12, 4, 1), (12, 4, 1)]  # eager's call, then the compiled one
+
+
+# -- Note [What a call writes is computed by the call] in passes/reinplace.py ------------------
+
+
+def written_then_read_through_a_later_write(b):
+    r = b * 1.5
+    t = r + 0.25
+    torch.ops.autofunc_fuzz.m2(b, r, t)  # writes b and r (lazy until here) in place
+    o = torch.ops.autofunc_fuzz.mlret(b, b)  # writes b: r was computed before the first call
+    torch.ops.autofunc_fuzz.mcache(t, o, torch.tensor([2]))  # t, read from r, written
+    return t, r
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_value_a_call_writes_is_no_pending_read_of_its_input(fuzz_strategy):
+    # fuzz seed 20261907 #217, shrunk: the second call cloned b for r's reads of it
+    with collect_reports() as reports:
+        check_fuzz_ops(
+            written_then_read_through_a_later_write, fuzz_strategy, torch.randn(3).double()
+        )
+    (report,) = reports
+    assert report.bytes_cloned == 0, report
