@@ -33,6 +33,7 @@ __all__ = [
     "pinnable_value",
     "reshape_chain",
     "reshape_view",
+    "restrided_for_a_later_region",
     "storage_root",
 ]
 
@@ -456,3 +457,29 @@ def _own_value(target: Any) -> bool:
 LATE_READS = LateReads(
     lazy=lazy_under_inductor, taken=computed_where_taken, taken_by=(_aten.as_strided.default,)
 )
+
+
+def restrided_for_a_later_region(node: fx.Node, call: fx.Node) -> bool:
+    """Whether a higher-order op after ``call`` (a region) takes ``node`` while its realized
+    copy would have other strides (``empty_like`` lays out a tensor with gaps densely).
+
+    A region called twice with one operand, given the operand itself the first time and its
+    realized copy the second, gets two layouts for one argument, which Inductor refuses
+    ("subgraph args must have consistent values"; fuzz seed 20261286 #230:
+    ``t1 = b.clone(); v2 = t1[3:6:2]; g = region(b, v2); region(g, v2)``, where
+    ``remove_noop_ops`` makes ``v2`` a view of ``b``). No such frontier is realized: the call
+    keeps its clone (``LAZY_READ``).
+    """
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not _restrided(val):
+        return False
+    return any(
+        u > call and isinstance(u.target, torch._ops.HigherOrderOperator) for u in node.users
+    )
+
+
+def _restrided(val: torch.Tensor) -> bool:
+    """Whether ``empty_like(val)`` has other strides than ``val`` (symbolic: assumed so)."""
+    if any(is_symbolic(v) for v in (*val.shape, *val.stride())):
+        return True
+    return tuple(torch.empty_like(val).stride()) != tuple(val.stride())

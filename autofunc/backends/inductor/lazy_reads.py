@@ -57,7 +57,8 @@ from ...hops.adapter import mutation_targets, read_node
 from ...passes.emit import emit, pin_layout
 from ...passes.memory_ops import VIEW_OPS
 from ...passes.walks import users_through_views, view_root
-from ...symbolic import is_symbolic, nbytes_hint
+from ...symbolic import nbytes_hint
+from .evaluation import restrided_for_a_later_region
 
 _aten = torch.ops.aten
 
@@ -136,7 +137,7 @@ def plan_realization(
     pinned = tuple(sorted(n for n in frontier if _written_by_a_later_call(n, call)))
     if pinned and (pinnable is None or not all(pinnable(n) for n in pinned)):
         return None  # Note [A realized value a later call writes]
-    if any(_restrided_for_a_later_region(n, call) for n in frontier if n not in pinned):
+    if any(restrided_for_a_later_region(n, call) for n in frontier if n not in pinned):
         return None  # (a pin keeps the node's strides)
     # a pinned node costs nothing: the later call takes it as a buffer, which Inductor
     # computes into memory of its own anyway (only earlier)
@@ -290,32 +291,6 @@ def _written_by_a_later_call(node: fx.Node, call: fx.Node) -> bool:
         and any(view_root(b) is node for b in m.buffers)
         for u in users_through_views(node)
     )
-
-
-def _restrided_for_a_later_region(node: fx.Node, call: fx.Node) -> bool:
-    """Whether a higher-order op after ``call`` (a region) takes ``node`` while its realized
-    copy would have other strides (``empty_like`` lays out a tensor with gaps densely).
-
-    A region called twice with one operand, given the operand itself the first time and its
-    realized copy the second, gets two layouts for one argument, which Inductor refuses
-    ("subgraph args must have consistent values"; fuzz seed 20261286 #230:
-    ``t1 = b.clone(); v2 = t1[3:6:2]; g = region(b, v2); region(g, v2)``, where
-    ``remove_noop_ops`` makes ``v2`` a view of ``b``). No such frontier is realized: the call
-    keeps its clone (``LAZY_READ``).
-    """
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or not _restrided(val):
-        return False
-    return any(
-        u > call and isinstance(u.target, torch._ops.HigherOrderOperator) for u in node.users
-    )
-
-
-def _restrided(val: torch.Tensor) -> bool:
-    """Whether ``empty_like(val)`` has other strides than ``val`` (symbolic: assumed so)."""
-    if any(is_symbolic(v) for v in (*val.shape, *val.stride())):
-        return True
-    return tuple(torch.empty_like(val).stride()) != tuple(val.stride())
 
 
 # Ops a reader may be moved back before the call as (pure, deterministic, never re-inplaced by
