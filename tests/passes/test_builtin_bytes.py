@@ -55,6 +55,9 @@ FUZZ += [(20261906, 36)]
 # a read argument Inductor's patterns recompute as an expand, handed to the op with eager's
 # strides (Note [The strides eager passes]: the expanded row was 32 B over before)
 FUZZ += [(20261906, 53)]
+# a value the call takes and a pointwise node reads after it, computed before the call (Note
+# [Lazy reads computed before the call]: 960 B over before, its buffer alive across the call)
+FUZZ += [(20261906, 248)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

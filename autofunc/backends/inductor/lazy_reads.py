@@ -26,10 +26,15 @@ the call keep ``f`` and read that same buffer.
 
 It pays when the frontier is smaller than the buffer: a frontier node the graph returns costs
 nothing (Inductor computes it into the output buffer anyway), nor does one the call itself
-takes (Inductor computes the op's argument before the call into a buffer of its own anyway,
-and computes it once for the copy and the op: ``s = (a + r).sum() * r; op(r, s); op2(r, s)``,
-fuzz seed 20261703 #61, cloned ``r``), any other its size. The rule picks the repair only when
-it costs strictly less than the clone; otherwise the clone stays.
+takes whose other later users are calls or the output (Inductor computes the op's argument
+before the call into a buffer of its own anyway, and computes it once for the copy and the op:
+``s = (a + r).sum() * r; op(r, s); op2(r, s)``, fuzz seed 20261703 #61, cloned ``r``), any
+other its size. A node the call takes and a lazy node reads later costs its size: with the
+clone, that reader recomputes it from the memory the call did not write, and the buffer the op
+was given dies at the call (fuzz seed 20261906 #248: ``b.mul_(2); t = b + 0.25; op([a, b],
+t); return t * b`` kept ``t`` alive across the call, where PyTorch's built-in computes ``t * b``
+into the buffer of its dead copy of ``t``; 960 B over). The rule picks the repair only when it
+costs strictly less than the clone; otherwise the clone stays.
 
 Note [Reads moved back before the call]
 Inductor's ``reorder_for_locality`` (before the post-grad passes) moves a pure node down to just
@@ -140,12 +145,16 @@ def plan_realization(
     if any(restrided_for_a_later_region(n, call) for n in frontier if n not in pinned):
         return None  # (a pin keeps the node's strides)
     # a pinned node costs nothing: the later call takes it as a buffer, which Inductor
-    # computes into memory of its own anyway (only earlier)
-    # a node the call takes costs nothing either (the Note)
-    free = returned.union(pinned).union(n for n in frontier if call in n.users)
+    # computes into memory of its own anyway (only earlier); one the call takes (the Note)
+    taken = (n for n in frontier if call in n.users and all(_not_lazy(u, call) for u in n.users))
+    free = returned.union(pinned).union(taken)
     in_place = _cut_at_inputs(frontier, seen, set(readers), call, early, here, free)
     cost = sum(nbytes_hint(n.meta["val"]) for n in frontier if n not in free)
     return Realization(tuple(sorted(frontier)), cost, moved, pinned, in_place)
+
+
+def _not_lazy(u: fx.Node, call: fx.Node) -> bool:  # (a user that reads no pending value)
+    return u <= call or u.op == "output" or u.target in mutation_targets()
 
 
 def _cut_at_inputs(
