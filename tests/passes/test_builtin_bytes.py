@@ -58,6 +58,9 @@ FUZZ += [(20261906, 53)]
 # a value the call takes and a pointwise node reads after it, computed before the call (Note
 # [Lazy reads computed before the call]: 960 B over before, its buffer alive across the call)
 FUZZ += [(20261906, 248)]
+# a reader of the old value after the call that reads a reshaped arange, moved back before the
+# call with it (Note [Reads moved back before the call]: 432 B over before, a clone of the input)
+FUZZ += [(20261910, 130)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

@@ -303,9 +303,12 @@ def _written_by_a_later_call(node: fx.Node, call: fx.Node) -> bool:
 
 
 # Ops a reader may be moved back before the call as (pure, deterministic, never re-inplaced by
-# Inductor): pointwise ops, views, and these.
+# Inductor): pointwise ops, views, factories (no tensor input: ``arange``, ``full``), and these;
+# a ``reshape`` as a view is (fuzz seed 20261910 #130: ``r = a * torch.arange(54.).view(3, 6,
+# 3)``, moved after the call by Inductor's reordering, kept a 432 B clone of ``a``).
 _MOVABLE = frozenset(
     {
+        _aten.reshape.default,
         _aten.sum.default,
         _aten.sum.dim_IntList,
         _aten.mean.default,
@@ -327,6 +330,8 @@ def _movable(node: fx.Node) -> bool:
         return False
     if torch.Tag.nondeterministic_seeded in target.tags:
         return False
+    if not any(isinstance(a.meta.get("val"), torch.Tensor) for a in node.all_input_nodes):
+        return True  # a factory
     return target in _MOVABLE or target in VIEW_OPS or torch.Tag.pointwise in target.tags
 
 
