@@ -31,6 +31,7 @@ __all__ = [
     "AutofuncHOP",
     "Distinct",
     "TRACED_KWARGS",
+    "traced_kwargs",
     "clone_exact",
     "geometry_known",
     "get_base",
@@ -311,6 +312,19 @@ TRACED_KWARGS = "autofunc_traced_kwargs"
 
 def _traced_value(x: Any) -> Any:
     return x.node.meta.get("val") if isinstance(x, torch.fx.Proxy) else None
+
+
+def traced_kwargs(node: Any) -> dict[str, Any]:
+    """A node's keyword arguments as tracing saw them (Note [The strides eager passes]): what
+    the proxy rule kept for an autofunc HOP, the keyword half of ``eager_input_vals`` for
+    PyTorch's own nodes; none where the node recorded neither."""
+    kept = node.meta.get(TRACED_KWARGS)
+    if kept:
+        return kept
+    vals = node.meta.get("eager_input_vals")
+    if isinstance(vals, tuple) and len(vals) == 2 and isinstance(vals[1], dict):
+        return dict(vals[1])
+    return {}
 
 
 def functionalize_call(ctx: Any, hop: AutofuncHOP, _op: str, kwargs: dict[str, Any]) -> Any:

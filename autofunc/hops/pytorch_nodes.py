@@ -49,6 +49,7 @@ from .. import views
 from ..errors import AutofuncError, UnsupportedCallError
 from ..schema import op_info, qualname
 from .adapter import Mutation, Slot, register_adapter, registered, unregister_adapter
+from .common import traced_kwargs
 from .v1 import mutable_slots
 from .v2_entries import TracedBases, read_slots
 from ..logs import get_logger
@@ -141,7 +142,7 @@ class PyTorchV1Adapter:
             slots,
             kwargs,
             keys=tuple(n + position[name] for name, _, _ in found),
-            traced=_eager_kwargs(node),
+            traced=traced_kwargs(node),
         )
 
 
@@ -179,17 +180,8 @@ class PyTorchV2Adapter:
             tuple(slots),
             kwargs,
             keys=tuple(n + i for i in range(len(bases))),
-            traced=_eager_kwargs(node),
+            traced=traced_kwargs(node),
         )
-
-
-def _eager_kwargs(node: Any) -> dict[str, Any]:
-    """The node's keyword arguments as tracing recorded them (``eager_input_vals``, Note [The
-    strides eager passes] in common.py), or none."""
-    vals = node.meta.get("eager_input_vals")
-    if not (isinstance(vals, tuple) and len(vals) == 2 and isinstance(vals[1], dict)):
-        return {}
-    return dict(vals[1])
 
 
 def enable(on: bool = True) -> None:

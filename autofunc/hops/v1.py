@@ -17,7 +17,6 @@ from ..schema import OpInfo, resolve, op_info
 from .adapter import Mutation, Slot, register_adapter, slot_label
 from .common import (
     AutofuncHOP,
-    TRACED_KWARGS,
     call_result,
     clone_exact,
     normalize_args,
@@ -27,6 +26,7 @@ from .common import (
     register_rules,
     run_fake,
     trace_call,
+    traced_kwargs,
     write_back,
     written_back_inexactly,
 )
@@ -136,7 +136,7 @@ class V1Adapter:
         found = mutable_slots(info, node.kwargs)
         slots = tuple(Slot(name, i, k, views.ViewChain()) for k, (name, i, _) in enumerate(found))
         buffers = tuple(t for _, _, t in found)
-        traced = node.meta.get(TRACED_KWARGS) or {}
+        traced = traced_kwargs(node)
         return Mutation(info, self.strategy, buffers, slots, kwargs, traced=traced)
 
 

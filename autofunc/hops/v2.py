@@ -22,7 +22,6 @@ from ..schema import RESERVED_KWARGS, OpInfo, op_info, resolve
 from .adapter import Mutation, Slot, register_adapter, slot_label
 from .common import (
     AutofuncHOP,
-    TRACED_KWARGS,
     call_result,
     Distinct,
     clone_exact,
@@ -36,6 +35,7 @@ from .common import (
     register_rules,
     run_fake,
     trace_call,
+    traced_kwargs,
     write_back,
     written_back_inexactly,
 )
@@ -410,7 +410,7 @@ class V2Adapter:
                 )
             )
         bases = tuple(node.kwargs["_bases"])
-        traced = node.meta.get(TRACED_KWARGS) or {}
+        traced = traced_kwargs(node)
         mutation = Mutation(info, self.strategy, bases, tuple(slots), kwargs, traced=traced)
         wire = node.kwargs.get("_same")
         if not wire:
