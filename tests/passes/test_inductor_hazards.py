@@ -1315,7 +1315,7 @@ def sum_of_the_input_read_before_the_call(b):
 
 @pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
 def test_a_frontier_node_that_reads_the_buffer_is_not_cut_at_its_inputs(fuzz_strategy):
-    # Note [A frontier cut at its inputs] in backends/inductor/lazy_reads.py: b + r1 was cut at
+    # Note [A frontier cut at its inputs] in backends/inductor/frontier.py: b + r1 was cut at
     # r1 alone, and Inductor summed b after m2 wrote it (the built-in is wrong too)
     b = torch.randn(4, 6, dtype=torch.float64)
     check_fuzz_ops(sum_of_the_input_read_before_the_call, fuzz_strategy, b)
