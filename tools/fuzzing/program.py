@@ -28,9 +28,15 @@ class Stmt:
     src: str | None = None
 
     def uses(self, known: set[str] | frozenset[str]) -> set[str]:
+        return set(self.uses_in_order(known))
+
+    def uses_in_order(self, known: set[str] | frozenset[str]) -> list[str]:
+        """The names of ``known`` the statement reads, each once, in the order they appear: what
+        the generator draws from (a set's order depends on the process's string hashing, so a
+        seed would name another program in each process)."""
         # The right-hand side only: ``v1, v2 = t0.split(...)`` uses t0.
         rhs = self.text.split("=", 1)[1] if self.defs else self.text
-        return {n for n in _NAME.findall(rhs) if n in known}
+        return [n for n in dict.fromkeys(_NAME.findall(rhs)) if n in known]
 
     def rename(self, old: str, new: str) -> Stmt:
         pat = re.compile(rf"(?<![.\w]){re.escape(old)}(?!\w)")

@@ -163,7 +163,7 @@ class _State:
             return False
         self.stmts.append(Stmt(text, defs, kind, src))
         if "ops." in text:
-            self.called += [v for v in Stmt(text, defs, kind).uses(set(self.order))]
+            self.called += Stmt(text, defs, kind).uses_in_order(set(self.order))
         for d in defs:
             if self._owner(self.env[d]) is not None:
                 self.kind[d] = "view"
