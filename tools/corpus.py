@@ -1528,3 +1528,30 @@ def read_beside_a_shifted_write(b):
     add_(b, torch.ones((), dtype=b.dtype))
     v1, v2 = b.select(1, 0).split([3, 2], 0)
     return ret_after_write(v1, v2)
+
+
+@program(
+    lambda: (torch.randn(6, 6, 5, dtype=torch.float64),),
+    "r = b.sum(0) * 3; v = r.unsqueeze(1); add_(b, v); return v.cumsum(2): a view of a value "
+    "read before the call, taken by the call and read after it",
+)
+def view_taken_read_later(b):
+    # Note [A value the call takes, pinned for its later readers]: v was copied before the
+    # call beside r's buffer (fuzz seed 20261911 #273: 240 B over the built-in)
+    r = b.sum(0) * 3.0
+    v = r.unsqueeze(1)
+    add_(b, v)
+    return v.cumsum(2)
+
+
+@program(
+    lambda: (torch.randn(5, 5, dtype=torch.float64),),
+    "r = a.sum(1) * 1.5; add_(a, r); return r.as_strided([4], [1], 1): a value read before "
+    "the call, taken by it whole, a view of it returned",
+)
+def value_taken_view_returned(a):
+    # Note [A value the call takes, pinned for its later readers]: the returned view was
+    # copied before the call beside r's buffer (fuzz seed 20261911 #50: 32 B over the built-in)
+    r = a.sum(1) * 1.5
+    add_(a, r)
+    return r.as_strided([4], [1], 1)

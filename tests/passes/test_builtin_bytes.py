@@ -30,6 +30,9 @@ FOUND = [
     "call_argument_read_later",  # Note [Lazy reads computed before the call]
     "frontier_cut_at_its_inputs",  # Note [A frontier cut at its inputs]
     "read_beside_a_shifted_write",  # Note [Written and read in two coordinates]
+    # Note [A value the call takes, pinned for its later readers]
+    "view_taken_read_later",
+    "value_taken_view_returned",
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
@@ -61,6 +64,10 @@ FUZZ += [(20261906, 248)]
 # a reader of the old value after the call that reads a reshaped arange, moved back before the
 # call with it (Note [Reads moved back before the call]: 432 B over before, a clone of the input)
 FUZZ += [(20261910, 130)]
+# a view of a value read before the call that the call takes and a later node reads, computed
+# through a pin of that value (Note [A value the call takes, pinned for its later readers]:
+# copied beside the value before, 240 B and 32 B over)
+FUZZ += [(20261911, 273), (20261911, 50)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

@@ -34,6 +34,7 @@ __all__ = [
     "reshape_chain",
     "reshape_view",
     "restrided_for_a_later_region",
+    "storage_chain",
     "storage_root",
 ]
 
@@ -235,10 +236,15 @@ def pinnable_root(node: fx.Node) -> bool:
 def storage_root(node: fx.Node) -> fx.Node:
     """The root of ``node``'s views, through reshapes that view their input (Note [A reshape
     that views its input]): the node whose buffer Inductor computes."""
+    return storage_chain(node)[-1]
+
+
+def storage_chain(node: fx.Node) -> list[fx.Node]:
+    """``node``, the node it views, ... down to :func:`storage_root`, root last."""
     nodes = list(view_walk(node))
     while reshape_view(nodes[-1]):
         nodes += view_walk(nodes[-1].args[0])
-    return nodes[-1]
+    return nodes
 
 
 def pin_keeps_layout(root: fx.Node) -> bool:

@@ -64,7 +64,7 @@ from ...passes.memory_ops import VIEW_OPS
 from ...passes.walks import users_through_views, view_root
 from ...symbolic import nbytes_hint
 from .evaluation import restrided_for_a_later_region
-from .frontier import cut_at_inputs, views_instead
+from .frontier import cut_at_inputs, pins_where_taken, views_instead
 
 _aten = torch.ops.aten
 
@@ -137,20 +137,29 @@ def plan_realization(
     if not all(isinstance(n.meta.get("val"), torch.Tensor) for n in frontier):
         return None
     returned = set(outputs)
-    views = views_instead(frontier, call, early, here, returned)
+    # one the call takes costs nothing where no later user reads it lazily (the Note)
+    taken = {n for n in frontier if call in n.users and all(_not_lazy(u, call) for u in n.users)}
+    at_roots, roots_cost = {}, 0
+    if pinnable is not None:  # Note [A value the call takes, pinned for its later readers]
+        later = {n for n in frontier if _written_by_a_later_call(n, call)}
+        at_roots, roots_cost = pins_where_taken(
+            frontier, call, returned | taken | later, returned, pinnable
+        )
+    views = views_instead(frontier, call, early, here, returned, set(at_roots))
     if views:
         moved = tuple(sorted({*moved, *views}))
     pinned = tuple(sorted(n for n in frontier if _written_by_a_later_call(n, call)))
     if pinned and (pinnable is None or not all(pinnable(n) for n in pinned)):
         return None  # Note [A realized value a later call writes]
+    pinned = tuple(sorted({*pinned, *at_roots}))
     if any(restrided_for_a_later_region(n, call) for n in frontier if n not in pinned):
         return None  # (a pin keeps the node's strides)
-    # a pinned node costs nothing: the later call takes it as a buffer, which Inductor
-    # computes into memory of its own anyway (only earlier); one the call takes (the Note)
-    taken = (n for n in frontier if call in n.users and all(_not_lazy(u, call) for u in n.users))
+    # a node pinned for a later call costs nothing: that call takes it as a buffer, which
+    # Inductor computes into memory of its own anyway (only earlier); a root pinned for the
+    # call costs its size, counted once for its nodes
     free = returned.union(pinned).union(taken)
     in_place = cut_at_inputs(frontier, seen, set(readers), call, early, here, free)
-    cost = sum(nbytes_hint(n.meta["val"]) for n in frontier if n not in free)
+    cost = roots_cost + sum(nbytes_hint(n.meta["val"]) for n in frontier if n not in free)
     return Realization(tuple(sorted(frontier)), cost, moved, pinned, in_place)
 
 
@@ -337,11 +346,13 @@ def realize_before(
     ctx: Any, call: fx.Node, plan: Realization, chain: Any = lambda n: [n]
 ) -> None:
     """Move the plan's readers to just before ``call`` (in their order), then compute each of
-    its frontier nodes there and make their later users read that. ``chain(f)``: ``f`` and the
-    inputs of the reshapes that view them, down to the root a pin of ``f`` goes on."""
+    its frontier nodes there and make their later users read that. ``chain(f)``: ``f``, the
+    node it views (or the input of a reshape that views it), ... down to the root a pin of
+    ``f`` goes on."""
     for n in plan.moved:
         call.prepend(n)
     graph, analysis = ctx.gm.graph, ctx.analysis
+    pins: dict[fx.Node, fx.Node] = {}
     for f in plan.in_place:  # Note [A frontier cut at its inputs]
         users = list(f.users)
         with graph.inserting_after(f):
@@ -355,12 +366,15 @@ def realize_before(
         if f in plan.in_place:
             continue
         later = [u for u in f.users if u is not call and (u.op == "output" or u > call)]
-        if f in plan.pinned:  # Note [A realized value a later call writes]
+        if f in plan.pinned:  # Notes [A realized value a later call writes], [A value the
+            # call takes, pinned for its later readers] (frontier.py)
             *views, root = chain(f)
             with graph.inserting_before(call):
-                pinned = pin_layout(ctx, root)
-                analysis.track(pinned, root)  # a view of root: the reads recorded stand
-                for v in reversed(views):  # the reshapes again, on the pin
+                if root not in pins:  # (one pin of a root for all its nodes)
+                    pins[root] = pin_layout(ctx, root)
+                    analysis.track(pins[root], root)  # a view of root: the reads stand
+                pinned = pins[root]
+                for v in reversed(views):  # the views again, on the pin
                     pinned = emit(ctx, v.target, (pinned, *v.args[1:]), v.kwargs)
                     analysis.track(pinned, v)
             for n in (root, *views):

@@ -32,8 +32,8 @@ from .evaluation import (
     pin_keeps_layout,
     pinnable_root,
     pinnable_value,
-    reshape_chain,
     reshape_view,
+    storage_chain,
     storage_root,
 )
 from .lazy_reads import (
@@ -127,7 +127,7 @@ class InductorPolicy(Policy):
         )
 
     def realize(self, ctx: Pass, call: fx.Node, plan: Realization) -> None:
-        realize_before(ctx, call, plan, reshape_chain)
+        realize_before(ctx, call, plan, storage_chain)
 
     # -- copy and pin -----------------------------------------------------------------------------
 
