@@ -1555,3 +1555,19 @@ def value_taken_view_returned(a):
     r = a.sum(1) * 1.5
     add_(a, r)
     return r.as_strided([4], [1], 1)
+
+
+@program(
+    lambda: (torch.randn(2, 2, dtype=torch.float64),),
+    "r = a.sum() * 0.5; t = arange(8) + r; two_read_first(r, r, ones(8)); add_(t, r); return r, "
+    "t: a returned value read before a call that writes a smaller one",
+)
+def returned_read_before_a_smaller_write(a):
+    # Note [Values alive across the call]: t, returned and written by a later call, was
+    # computed before the call to save an 8-byte clone of r, alive across it beside ones(8)
+    # (fuzz seed 20261912 #26: 56 B over the built-in)
+    r = a.sum() * 0.5
+    t = torch.arange(8, dtype=a.dtype) + r
+    two_read_first(r, r, torch.ones(8, dtype=a.dtype))
+    add_(t, torch.zeros(2, 2, dtype=a.dtype).sum())
+    return r, t

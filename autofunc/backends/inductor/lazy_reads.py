@@ -70,6 +70,7 @@ _aten = torch.ops.aten
 
 __all__ = [
     "Realization",
+    "affordable",
     "plan_hoist",
     "plan_realization",
     "plan_users_hoisted",
@@ -90,6 +91,10 @@ class Realization(NamedTuple):
     # of ``nodes``, those copied where they stand, every user reading the copy (Note [A
     # frontier cut at its inputs])
     in_place: tuple[fx.Node, ...] = ()
+    # the bytes of ``nodes`` that cost nothing in ``nbytes`` (returned, or pinned for a later
+    # call) but are alive across the call, which does not read them (Note [Values alive across
+    # the call])
+    live: int = 0
 
     def __str__(self) -> str:  # the report's detail of a buffer written in place on it
         moved = ", ".join(n.name for n in self.moved)
@@ -160,7 +165,35 @@ def plan_realization(
     free = returned.union(pinned).union(taken)
     in_place = cut_at_inputs(frontier, seen, set(readers), call, early, here, free)
     cost = roots_cost + sum(nbytes_hint(n.meta["val"]) for n in frontier if n not in free)
-    return Realization(tuple(sorted(frontier)), cost, moved, pinned, in_place)
+    live = sum(  # Note [Values alive across the call]
+        nbytes_hint(n.meta["val"])
+        for n in frontier
+        if (n in returned or n in pinned) and call not in n.users and n not in at_roots
+    )
+    return Realization(tuple(sorted(frontier)), cost, moved, pinned, in_place, live)
+
+
+def affordable(plan: Realization | None, clone_nbytes: int) -> Realization | None:
+    """``plan`` where it keeps no more bytes alive across the call than the clone it saves
+    does; else ``None``.
+
+    Note [Values alive across the call]
+    A plan's cost (``nbytes``) counts what it allocates beyond the clone: nothing for a value
+    the graph returns, which Inductor computes into the output buffer wherever it stands, nor
+    for one a later call writes, which it computes for that call anyway. Both are computed
+    before the call, though, and stay alive across it, where the clone would be; the clone
+    plan computes them after it, possibly into memory the call freed. ``r5 = r3.sum() * 0.5;
+    t4 = arange(8) + r5; op(r5, r5, ones(8)); op2(t4, ...); return r5, t4``: computing the
+    returned ``t4`` (64 B) before the call to save an 8-byte clone of ``r5`` kept both 64-byte
+    tensors alive at the call, and ``t4`` could not reuse the buffer of ``ones(8)``, dead after
+    it: 56 B over PyTorch's built-in, which clones ``r5`` (fuzz seed 20261912 #26). So such
+    free values of a plan (``live``; not those the call reads itself, which Inductor computes
+    before the call anyway) are also no larger than the clone: ``r2 = a * t; op(a); return
+    r2`` still computes the returned ``r2`` before the call where it is no larger than ``a``
+    (fuzz seed 20261910 #130)."""
+    if plan is None or plan.live > clone_nbytes:
+        return None
+    return plan
 
 
 def _not_lazy(u: fx.Node, call: fx.Node) -> bool:  # (a user that reads no pending value)

@@ -23,7 +23,7 @@ from ...passes.facts import aliased_args
 from ...passes.memory_ops import VIEW_OPS
 from ...passes.policy import LateReads, Policy
 from ...passes.walks import users_through_views, view_root, view_walk
-from ...symbolic import contiguous_or_false, overlaps_itself
+from ...symbolic import contiguous_or_false, nbytes_hint, overlaps_itself
 from .constants import rematerialize_constant_reads
 from .evaluation import (
     LATE_READS,
@@ -38,6 +38,7 @@ from .evaluation import (
 )
 from .lazy_reads import (
     Realization,
+    affordable,
     plan_hoist,
     plan_realization,
     plan_users_hoisted,
@@ -92,16 +93,18 @@ class InductorPolicy(Policy):
 
     def plan_realization(self, q: Query, readers: list[fx.Node]) -> Realization | None:
         pending, outputs = self._pending(q), q.ctx.outputs
+        clone = nbytes_hint(q.buf.node.meta.get("val"))
         plain = plan_realization(
             q.node, readers, outputs, pending, written_here=q.written_here, pinnable=pinnable_value
         )
-        if plain is None or plain.nbytes == 0:
+        if plain is None or (plain.nbytes == 0 and plain.live == 0):
             return plain
         # Note [Users of the frontier moved back before the call]
         hoisted = plan_users_hoisted(
             q.node, plain, readers, outputs, pending, q.written_here, pinnable_value
         )
-        return hoisted if hoisted is not None else plain
+        # Note [Values alive across the call]
+        return affordable(hoisted, clone) or affordable(plain, clone)
 
     @staticmethod
     def _pending(q: Query) -> Callable[[fx.Node], bool]:
@@ -116,7 +119,7 @@ class InductorPolicy(Policy):
         # the reads an earlier rule's condition covers count as reads before the call
         moved = q.provided.readers if q.provided is not None else ()
         earlier = [*moved, *(r for r in readers if r < q.node and lazy_under_inductor(r))]
-        return plan_hoist(
+        plan = plan_hoist(
             q.node,
             later,
             earlier,
@@ -125,6 +128,7 @@ class InductorPolicy(Policy):
             q.written_here,
             pinnable_value,
         )
+        return affordable(plan, nbytes_hint(q.buf.node.meta.get("val")))
 
     def realize(self, ctx: Pass, call: fx.Node, plan: Realization) -> None:
         realize_before(ctx, call, plan, storage_chain)
