@@ -204,8 +204,22 @@ class CloneKind(enum.Enum):
     DENSE = "aten.clone, contiguous (Note [A buffer that overlaps itself])"
     DENSE_PINNED = "aten.clone, contiguous, then pinned (pin_layout)"
     CLONE = "aten.clone"
+    # the two above, of a pin of the source (``Policy.pin_source``)
+    CLONE_OF_PIN = "aten.clone of a pin of the source"
+    DENSE_PINNED_OF_PIN = "aten.clone of a pin of the source, contiguous, then pinned"
+
+    def of_pinned_source(self) -> CloneKind:
+        """This copy, of a pin of its source (``Policy.pin_source``) where it reads the source
+        whole (``CLONE``, ``DENSE_PINNED``); any other copy as it is."""
+        return _OF_PIN.get(self, self)
     EMPTY_COPY = "empty_strided + copy_, the op call fixing the layout"
     SPAN = "as_strided_scatter into a fresh zeroed span, viewed with as_strided"
+
+
+_OF_PIN = {
+    CloneKind.CLONE: CloneKind.CLONE_OF_PIN,
+    CloneKind.DENSE_PINNED: CloneKind.DENSE_PINNED_OF_PIN,
+}
 
 
 def emit_clone(ctx: Any, src: fx.Node, *, kind: CloneKind) -> fx.Node:
@@ -244,6 +258,9 @@ def emit_clone(ctx: Any, src: fx.Node, *, kind: CloneKind) -> fx.Node:
     1)], a)``, where ``r2`` missed the writes through the narrow; the built-in is wrong too).
     """
     val = src.meta["val"]
+    if kind in (CloneKind.CLONE_OF_PIN, CloneKind.DENSE_PINNED_OF_PIN):
+        src = pin_layout(ctx, src)
+        kind = CloneKind.CLONE if kind is CloneKind.CLONE_OF_PIN else CloneKind.DENSE_PINNED
     if kind in (CloneKind.DENSE, CloneKind.DENSE_PINNED):
         # Note [A buffer that overlaps itself]: a dense copy, not one with these strides.
         node = emit(ctx, _aten.clone.default, (src,), {"memory_format": torch.contiguous_format})

@@ -138,6 +138,13 @@ class Policy:
         )
         return CloneKind.SPAN if zero else CloneKind.EMPTY_COPY
 
+    def pin_source(self, ctx: Pass, node: fx.Node, call: fx.Node) -> bool:
+        """Whether the copy of ``node`` kept for ``call`` reads a pinned alias of ``node``
+        (``pin_layout``) rather than ``node`` itself, so the backend stores ``node`` once for the
+        copy and for the nodes after the call that read it. Here: never, the backend stores
+        every node."""
+        return False
+
     def pin(self, q: Query) -> bool:
         """Whether the op takes a pinned alias of ``q.buf``, written in place (``pin_layout``),
         rather than the buffer itself. Here: never, the backend keeps every layout."""

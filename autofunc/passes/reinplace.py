@@ -350,7 +350,10 @@ def plan_buffer(
     # how the buffer is handed to the op is the policy's (Note [Clones for Inductor])
     if decision:
         return Plan(buf, decision, ruling.realize, pin=ctx.policy.pin(q))
-    return Plan(buf, decision, clone=ctx.policy.copy(ctx, buf.node, buf, m))
+    kind = ctx.policy.copy(ctx, buf.node, buf, m)
+    if ctx.policy.pin_source(ctx, buf.node, node):
+        kind = kind.of_pinned_source()
+    return Plan(buf, decision, clone=kind)
 
 
 def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> fx.Node:

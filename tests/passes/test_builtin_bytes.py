@@ -37,6 +37,7 @@ FOUND = [
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
 CLONED += ["returned_read_before_a_smaller_write"]  # Note [Values alive across the call]
+CLONED += ["lazy_source_read_after_its_clone"]  # Note [A lazy source read after its clone]
 # Fuzz programs kept as drawn (seed, index): one object passed as two arguments of a call, the
 # second a fresh alias Inductor runs as an extern kernel (Note [Arguments keep their identity]);
 # a dtype view to the same element size as an extern kernel, whose output Inductor's planner
@@ -72,6 +73,9 @@ FUZZ += [(20261911, 273), (20261911, 50)]
 # a returned value read before a call that writes a smaller one, computed after the call (Note
 # [Values alive across the call]: 56 B over before, alive across the call)
 FUZZ += [(20261912, 26)]
+# a value Inductor computes lazily, cloned and read after the call, stored once through a pin
+# (Note [A lazy source read after its clone]: 8 B over before, computed twice from its inputs)
+FUZZ += [(20261913, 222)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

@@ -161,6 +161,10 @@ class InductorPolicy(Policy):
             return CloneKind.EMPTY_COPY
         return CloneKind.SPAN
 
+    def pin_source(self, ctx: Pass, node: fx.Node, call: fx.Node) -> bool:
+        # Note [A lazy source read after its clone]
+        return contiguous_or_false(node.meta["val"]) and _lazy_source_read_later(node, call)
+
     def pin(self, q: Query) -> bool:
         ctx, buf, m = q.ctx, q.buf, q.m
         return (
@@ -324,3 +328,30 @@ def _tensor_outputs(ctx: Pass, call: fx.Node, n: int) -> list[fx.Node]:
 
 
 INDUCTOR = InductorPolicy()
+
+
+def _lazy_source_read_later(node: fx.Node, call: fx.Node) -> bool:
+    """Whether ``node``, cloned for ``call``, is a value Inductor computes lazily that a node
+    after the call reads (its old value).
+
+    Note [A lazy source read after its clone]
+    ``r0 = a.amax() + a.mean(); r1 = r0.amax() + r0.mean(); op(r0, a); return r0 * r1, r1 *
+    -2``: ``r0``'s old value is read after the call, so ``r0`` keeps its clone. Inductor
+    computes the clone from the two reductions and, ``r0`` itself never being stored,
+    computes ``r0`` again from them after the call: both stay alive across it, 8 B over
+    PyTorch's built-in (fuzz seed 20261913 #222), whose clone reads an ``as_strided`` of the
+    value (its base regenerated), which makes Inductor store ``r0`` once, before the call, for
+    the clone and the later readers alike. The clone of such a value (contiguous; the clone
+    of aliased arguments too, pinned as ever) reads a pin of it (``pin_source``: ``pin_layout``,
+    Note [A pinned root keeps its layout] in evaluation.py): only a root Inductor lays out
+    itself, and only where a node after the call reads it; a value only the clone and earlier
+    nodes read is left for Inductor to compute into the clone directly (fuzz seed 20261906
+    #248: a pin stored ``b * 2`` beside its clone, 960 B over)."""
+    return (
+        node.op == "call_function"
+        and view_root(node) is node
+        and not reshape_view(node)
+        and lazy_under_inductor(node)
+        and pinnable_root(node)
+        and any(u > call for u in users_through_views(node))
+    )
