@@ -1587,3 +1587,22 @@ def lazy_source_read_after_its_clone(a):
     r1 = r0.amax() + r0.mean()
     two_read_first(r0, r0, a)
     return r0 * r1, r1 * -2.0
+
+
+@program(
+    lambda: (torch.randn(4, 3, dtype=torch.float64),),
+    "r0 = b.sum() * -2; add_(r0, (b + r0).sum()); v = r0.view(1, 1); r4 = r0.amax() + "
+    "r0.mean(); t = v * 1; two(r4, v); return t.cumsum(1).cumsum(1), v: a clone the call "
+    "writes through a view",
+)
+def clone_taken_through_a_view(b):
+    # Note [A clone the op takes through views]: Inductor computed the view of r0's clone for
+    # the op and the clone again for the returned view (fuzz seed 20261909 #227, shrunk:
+    # 8 B over the built-in)
+    r0 = b.sum() * -2.0
+    add_(r0, (b + r0).sum())
+    v = r0.view(1, 1)
+    r4 = r0.amax() + r0.mean()
+    t = v * 1.0
+    two(r4, v)
+    return t.cumsum(1).cumsum(1), v

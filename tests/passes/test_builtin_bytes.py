@@ -38,6 +38,7 @@ FOUND = [
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
 CLONED += ["returned_read_before_a_smaller_write"]  # Note [Values alive across the call]
 CLONED += ["lazy_source_read_after_its_clone"]  # Note [A lazy source read after its clone]
+CLONED += ["clone_taken_through_a_view"]  # Note [A clone the op takes through views]
 # Fuzz programs kept as drawn (seed, index): one object passed as two arguments of a call, the
 # second a fresh alias Inductor runs as an extern kernel (Note [Arguments keep their identity]);
 # a dtype view to the same element size as an extern kernel, whose output Inductor's planner
@@ -76,6 +77,9 @@ FUZZ += [(20261912, 26)]
 # a value Inductor computes lazily, cloned and read after the call, stored once through a pin
 # (Note [A lazy source read after its clone]: 8 B over before, computed twice from its inputs)
 FUZZ += [(20261913, 222)]
+# a clone the op takes through a view, pinned so Inductor computes it once (Note [A clone the op
+# takes through views]: 8 B over before)
+FUZZ += [(20261906, 255)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

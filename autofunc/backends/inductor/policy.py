@@ -147,7 +147,17 @@ class InductorPolicy(Policy):
         recorded strides, and the pin fixes them before the arguments' views are taken. Inductor
         then computes the clone into the buffer of a source no one reads later, where the
         span's ``full`` + scatter needs memory of its own (fuzz seed 20261702 #53:
-        ``m3way(r, r, r)`` on a cumsum read later, 96 B over PyTorch's built-in)."""
+        ``m3way(r, r, r)`` on a cumsum read later, 96 B over PyTorch's built-in).
+
+        Note [A clone the op takes through views]
+        A contiguous clone the op takes through a view (``view(clone(r0), [1, 1])``) is a
+        buffer Inductor has not computed when it lowers the call: as for a buffer written in
+        place (Note [Views of unrealized buffers under Inductor]), it computes the view's
+        elements into a buffer of its own for the op and the clone again for its other users
+        (the value the graph returns), one allocation more. The clone is pinned, so Inductor
+        computes it once and hands the op a view of it (fuzz seeds 20261909 #227 and
+        20261906 #255: 8 B over PyTorch's built-in, whose clone is of an ``as_strided``
+        view)."""
         aliased = buf is not None and m is not None and self._aliased(ctx, buf, m)
         direct = buf is not None and all(c.is_alias for c in buf.chains)
         val = node.meta["val"]
@@ -155,8 +165,9 @@ class InductorPolicy(Policy):
             return CloneKind.DENSE_PINNED if aliased or not direct else CloneKind.DENSE
         if contiguous_or_false(val):
             # shared by aliasing arguments: one fixed layout, a pin of the clone (Note [A
-            # contiguous clone pinned])
-            return CloneKind.DENSE_PINNED if aliased else CloneKind.CLONE
+            # contiguous clone pinned]); taken through views: pinned too (Note [A clone the op
+            # takes through views])
+            return CloneKind.DENSE_PINNED if aliased or not direct else CloneKind.CLONE
         if direct and not aliased and node.op == "call_function" and node.target in VIEW_OPS:
             return CloneKind.EMPTY_COPY
         return CloneKind.SPAN
