@@ -266,6 +266,15 @@ def _alias_then_x(x):
     return x + 0
 
 
+def _view_and_its_full_slice(x):
+    # Two objects over one view of the input in eager; Inductor passes a reinterpret_tensor
+    # of the input for each, two objects with no fresh alias (Note [Views Inductor passes as
+    # objects of their own])
+    v = x.unsqueeze(0)
+    _two(v[:, 0:3], v)
+    return x + 0
+
+
 def _x_twice(x):
     # Eager passes op(x, x) one object twice; it used to arrive as two (the second a fresh
     # alias, an extern kernel under Inductor). v2's wire names it (``_same``).
@@ -275,7 +284,10 @@ def _x_twice(x):
 
 @pytest.mark.parametrize("strategy", ["v1", "v2"])
 @pytest.mark.parametrize("path", ["hop", "pass", "inductor"])
-@pytest.mark.parametrize("f, one_object", [(_alias_then_x, False), (_x_twice, True)])
+@pytest.mark.parametrize(
+    "f, one_object",
+    [(_alias_then_x, False), (_x_twice, True), (_view_and_its_full_slice, False)],
+)
 def test_arguments_keep_eagers_identity(strategy, path, f, one_object):
     from autofunc.testing import compile_capture
 

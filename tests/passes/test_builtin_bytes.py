@@ -80,6 +80,9 @@ FUZZ += [(20261913, 222)]
 # a clone the op takes through a view, pinned so Inductor computes it once (Note [A clone the op
 # takes through views]: 8 B over before)
 FUZZ += [(20261906, 255)]
+# two objects over one view of an input passed as they are, Inductor's reinterpret_tensor for
+# each, with no fresh alias (Note [Views Inductor passes as objects of their own]: 8 B over)
+FUZZ += [(20261915, 27)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

@@ -275,6 +275,8 @@ class InductorPolicy(Policy):
 
     def alias(self, ctx: Pass, node: fx.Node) -> fx.Node:
         # Note [A fresh alias Inductor keeps] in ops.py
+        if _reinterpreted_per_use(node):
+            return node
         return emit(ctx, FRESH_ALIAS, (node,))
 
     def declare_writes(
@@ -285,6 +287,33 @@ class InductorPolicy(Policy):
             return
         after = [] if call is None else _tensor_outputs(ctx, call, num_returns)
         emit(ctx, WRITTEN, (written, after), val=None)
+
+
+def _reinterpreted_per_use(node: fx.Node) -> bool:
+    """Whether Inductor hands every use of ``node`` to an extern kernel as a tensor object of
+    its own: a view of a graph input with another shape, which it passes as a
+    ``reinterpret_tensor`` made where it is used.
+
+    Note [Views Inductor passes as objects of their own]
+    ``v = b.unsqueeze(0); op(v[:, :, 0:3], v)``: eager passes two objects over one memory, and
+    Inductor, which lowers both to one view of ``b`` with ``v``'s shape, passes a
+    ``reinterpret_tensor(b, ...)`` call for each argument: two objects already. A fresh alias
+    for the second (Note [A fresh alias Inductor keeps] in ops.py) is an extern kernel of its
+    own, whose output Inductor's memory planner counts as a buffer (fuzz seed 20261915 #27:
+    8 B over PyTorch's built-in, which passes the two ``reinterpret_tensor`` calls). Only a view
+    of a graph input, whose layout is fixed, with another shape than the input's: a view with
+    the input's geometry is passed as the input itself, the one object twice, and a view of a
+    buffer Inductor computes may be computed into a buffer of its own for the call."""
+    val = node.meta.get("val")
+    root = view_root(node)
+    root_val = root.meta.get("val") if isinstance(root, fx.Node) else None
+    return (
+        root is not node
+        and root.op == "placeholder"
+        and isinstance(val, torch.Tensor)
+        and isinstance(root_val, torch.Tensor)
+        and tuple(val.shape) != tuple(root_val.shape)
+    )
 
 
 def _other_element_size(x: fx.Node, dtype: torch.dtype) -> bool:
