@@ -167,7 +167,8 @@ def pins_where_taken(
     realized value a later call writes] pins those its own way) or one that costs nothing
     already (``skip``)."""
     m = read_node(call)
-    written = {storage_root(b) for b in (m.buffers if m is not None else ()) if b is not None}
+    buffers = m.buffers if m is not None else ()
+    written = {storage_root(b) for b in buffers if isinstance(b, fx.Node)}
     taken: dict[fx.Node, list[fx.Node]] = {}
     for a in call.all_input_nodes:
         if isinstance(a.meta.get("val"), torch.Tensor):
