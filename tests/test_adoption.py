@@ -275,6 +275,13 @@ def _view_and_its_full_slice(x):
     return x + 0
 
 
+def _two_views_of_a_value(x):
+    # The same for two views of a value the pass pins (fuzz seed 20261916 #231)
+    r = x.sum() * 1.5
+    _two(r.view(1), r.flatten())
+    return r + 0
+
+
 def _x_twice(x):
     # Eager passes op(x, x) one object twice; it used to arrive as two (the second a fresh
     # alias, an extern kernel under Inductor). v2's wire names it (``_same``).
@@ -286,7 +293,12 @@ def _x_twice(x):
 @pytest.mark.parametrize("path", ["hop", "pass", "inductor"])
 @pytest.mark.parametrize(
     "f, one_object",
-    [(_alias_then_x, False), (_x_twice, True), (_view_and_its_full_slice, False)],
+    [
+        (_alias_then_x, False),
+        (_x_twice, True),
+        (_view_and_its_full_slice, False),
+        (_two_views_of_a_value, False),
+    ],
 )
 def test_arguments_keep_eagers_identity(strategy, path, f, one_object):
     from autofunc.testing import compile_capture

@@ -301,18 +301,22 @@ def _reinterpreted_per_use(node: fx.Node) -> bool:
     for the second (Note [A fresh alias Inductor keeps] in ops.py) is an extern kernel of its
     own, whose output Inductor's memory planner counts as a buffer (fuzz seed 20261915 #27:
     8 B over PyTorch's built-in, which passes the two ``reinterpret_tensor`` calls). Only a view
-    of a graph input, whose layout is fixed, with another shape than the input's: a view with
-    the input's geometry is passed as the input itself, the one object twice, and a view of a
-    buffer Inductor computes may be computed into a buffer of its own for the call."""
+    with another shape than a buffer whose layout is fixed, a graph input or a pinned value
+    (``r = a.sum() * 1.5; v = r.view(1); op(v, r.flatten())``, the pass's pin of ``r`` under the
+    views: fuzz seed 20261916 #231): a view with the buffer's geometry is passed as the buffer
+    itself, the one object twice, and a view of a buffer Inductor lays out itself may be
+    computed into a buffer of its own for the call."""
     val = node.meta.get("val")
-    root = view_root(node)
-    root_val = root.meta.get("val") if isinstance(root, fx.Node) else None
+    fixed = None
+    for n in view_walk(node):
+        if n is not node and (n.op == "placeholder" or n.meta.get("autofunc.pin")):
+            fixed = n
+            break
+    fixed_val = fixed.meta.get("val") if fixed is not None else None
     return (
-        root is not node
-        and root.op == "placeholder"
-        and isinstance(val, torch.Tensor)
-        and isinstance(root_val, torch.Tensor)
-        and tuple(val.shape) != tuple(root_val.shape)
+        isinstance(val, torch.Tensor)
+        and isinstance(fixed_val, torch.Tensor)
+        and tuple(val.shape) != tuple(fixed_val.shape)
     )
 
 
