@@ -2,7 +2,8 @@
 
 A policy is an object the pass asks, at each point where backends differ: the rules ask it what
 the backend evaluates late and how it lays out buffers, the planning step asks it which copy a
-cloned buffer gets and whether a buffer written in place is pinned, the rewrite has it compute
+cloned buffer gets (and whether that copy reads a pin of its source) and whether a buffer
+written in place is pinned, the rewrite has it compute
 late reads before a call, make fresh aliases and declare hidden writes, and the pass runs its
 repairs before the facts and after the rewrite (Note [Pipeline] in ``reinplace.py``).
 
