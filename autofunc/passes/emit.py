@@ -207,13 +207,13 @@ class CloneKind(enum.Enum):
     # the two above, of a pin of the source (``Policy.pin_source``)
     CLONE_OF_PIN = "aten.clone of a pin of the source"
     DENSE_PINNED_OF_PIN = "aten.clone of a pin of the source, contiguous, then pinned"
+    EMPTY_COPY = "empty_strided + copy_, the op call fixing the layout"
+    SPAN = "as_strided_scatter into a fresh zeroed span, viewed with as_strided"
 
     def of_pinned_source(self) -> CloneKind:
         """This copy, of a pin of its source (``Policy.pin_source``) where it reads the source
         whole (``CLONE``, ``DENSE_PINNED``); any other copy as it is."""
         return _OF_PIN.get(self, self)
-    EMPTY_COPY = "empty_strided + copy_, the op call fixing the layout"
-    SPAN = "as_strided_scatter into a fresh zeroed span, viewed with as_strided"
 
 
 _OF_PIN = {

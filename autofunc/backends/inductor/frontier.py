@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import fx
 
-from ...passes.memory_ops import VIEW_OPS
 from ...hops.adapter import read_node
+from ...passes.memory_ops import VIEW_OPS
 from ...symbolic import nbytes_hint
 from .evaluation import storage_root
 

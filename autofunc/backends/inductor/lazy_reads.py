@@ -144,16 +144,17 @@ def plan_realization(
     returned = set(outputs)
     # one the call takes costs nothing where no later user reads it lazily (the Note)
     taken = {n for n in frontier if call in n.users and all(_not_lazy(u, call) for u in n.users)}
+    later = {n for n in frontier if _written_by_a_later_call(n, call)}
     at_roots, roots_cost = {}, 0
     if pinnable is not None:  # Note [A value the call takes, pinned for its later readers]
-        later = {n for n in frontier if _written_by_a_later_call(n, call)}
         at_roots, roots_cost = pins_where_taken(
             frontier, call, returned | taken | later, returned, pinnable
         )
     views = views_instead(frontier, call, early, here, returned, set(at_roots))
     if views:
         moved = tuple(sorted({*moved, *views}))
-    pinned = tuple(sorted(n for n in frontier if _written_by_a_later_call(n, call)))
+        later |= {v for v in views if _written_by_a_later_call(v, call)}
+    pinned = tuple(sorted(n for n in frontier if n in later))
     if pinned and (pinnable is None or not all(pinnable(n) for n in pinned)):
         return None  # Note [A realized value a later call writes]
     pinned = tuple(sorted({*pinned, *at_roots}))

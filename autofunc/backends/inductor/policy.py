@@ -307,11 +307,14 @@ def _reinterpreted_per_use(node: fx.Node) -> bool:
     itself, the one object twice, and a view of a buffer Inductor lays out itself may be
     computed into a buffer of its own for the call."""
     val = node.meta.get("val")
-    fixed = None
-    for n in view_walk(node):
-        if n is not node and (n.op == "placeholder" or n.meta.get("autofunc.pin")):
-            fixed = n
-            break
+    fixed = next(
+        (
+            n
+            for n in view_walk(node)
+            if n is not node and (n.op == "placeholder" or n.meta.get("autofunc.pin"))
+        ),
+        None,
+    )
     fixed_val = fixed.meta.get("val") if fixed is not None else None
     return (
         isinstance(val, torch.Tensor)
