@@ -1606,3 +1606,39 @@ def clone_taken_through_a_view(b):
     t = v * 1.0
     two(r4, v)
     return t.cumsum(1).cumsum(1), v
+
+
+@program(
+    lambda: (torch.randn(6, dtype=torch.float64),),
+    "v = b[4:5]; r = v.sum() * 1.5; two_read_first(r, r, b); v.add_(r); two_read_first(r, r, "
+    "r.view(1)); return r: a native in-place op on an input between two calls, reading what "
+    "the second writes",
+)
+def scatter_copied_back_before_a_call(b):
+    # Note [Copies back where their value is computed]: the scatter of v's new value into b
+    # read r before the second call, and only its copy back into b at the end was after it
+    # (fuzz seed 20261917 #20, shrunk: 8 B over the built-in)
+    v = b[4:5]
+    r = v.sum() * 1.5
+    two_read_first(r, r, b)
+    v.add_(r)
+    two_read_first(r, r, r.view(1))
+    return (r,)
+
+
+@program(
+    lambda: (torch.randn(3, 2, dtype=torch.float64), torch.randn(4, dtype=torch.float64)),
+    "r = b.sum(0) * 3; two_read_first(r, r, a); t = b.t(); t.add_(r[0]); o = "
+    "ret_after_write(r, r[:1]); "
+    "return o, t: an input's new value, read before a call, copied back at the end",
+)
+def copy_back_computed_before_a_call(b, a):
+    # Note [Copies back where their value is computed]: b's new value read r[0] before the
+    # second call, and its copy back into b at the end was after it (fuzz seed 20261919 #108,
+    # shrunk: 16 B over the built-in)
+    r = b.sum(0) * 3.0
+    two_read_first(r, r, a)
+    t = b.t()
+    t.add_(r[0])
+    o = ret_after_write(r, r[:1])
+    return o, t

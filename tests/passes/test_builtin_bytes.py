@@ -33,6 +33,9 @@ FOUND = [
     # Note [A value the call takes, pinned for its later readers]
     "view_taken_read_later",
     "value_taken_view_returned",
+    # Note [Copies back where their value is computed]
+    "scatter_copied_back_before_a_call",
+    "copy_back_computed_before_a_call",
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
@@ -85,6 +88,9 @@ FUZZ += [(20261906, 255)]
 FUZZ += [(20261915, 27)]
 # and over one view of a value the pass pins (the same Note: 8 B over before)
 FUZZ += [(20261916, 231)]
+# an input's new value read before a call, copied back at the end (Note [Copies back where
+# their value is computed]: 8 B and 16 B over before)
+FUZZ += [(20261917, 20), (20261919, 108)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

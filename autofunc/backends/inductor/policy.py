@@ -25,6 +25,7 @@ from ...passes.policy import LateReads, Policy
 from ...passes.walks import users_through_views, view_root, view_walk
 from ...symbolic import contiguous_or_false, nbytes_hint, overlaps_itself
 from .constants import rematerialize_constant_reads
+from .copy_backs import copy_backs_where_computed
 from .evaluation import (
     LATE_READS,
     computed_where_taken,
@@ -82,8 +83,9 @@ class InductorPolicy(Policy):
         return frozenset() if V.aot_compilation else positions
 
     def repairs_before(self) -> Sequence[Callable[[fx.Graph], Any]]:
-        # Note [A constant read apart from the write] in constants.py
-        return (*REPAIRS_BEFORE, rematerialize_constant_reads)
+        # Notes [Copies back where their value is computed] in copy_backs.py, [A constant read
+        # apart from the write] in constants.py
+        return (*REPAIRS_BEFORE, copy_backs_where_computed, rematerialize_constant_reads)
 
     def repairs_after(self) -> Sequence[Callable[[Pass], Any]]:
         return REPAIRS_AFTER
