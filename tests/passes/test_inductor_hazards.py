@@ -1146,6 +1146,34 @@ def test_a_returned_scatter_is_copied_before_the_copy_back(fuzz_strategy):
     check_fuzz_ops(scatter_of_a_dropped_clone_returned, fuzz_strategy, torch.randn(6, 5).double())
 
 
+# -- fuzz seed 20261920 #32 (v1, v2; the built-in right): a returned scatter, through a reshape --
+
+
+def clone_of_a_reshaped_scatter(b):
+    v7 = b.narrow(1, 1, 3).view(5, 9)  # a reshape that views b
+    v8 = v7.select(0, 2)
+    fuzz.m2(v8, v7, b)
+    v7.mul_(0.5)  # a scatter into b, copied back; Inductor re-inplaces it into b
+    return (v8.clone(),)  # remove_noop_ops drops the clone
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_returned_scatter_through_a_reshape_is_copied(fuzz_strategy):
+    # Note [Returned scatters under Inductor]: _written_input stopped at the reshape, and the
+    # output was b's memory (right values, wrong aliasing)
+    torch.manual_seed(0)
+    check_fuzz_ops(clone_of_a_reshaped_scatter, fuzz_strategy, torch.randn(10, 4, 3)[::2])
+    corpus_program = corpus.PROGRAMS["returned_clone_of_a_reshaped_scatter"]
+    regs = corpus.register_all(fuzz_strategy)
+    try:
+        with inductor_config.patch(fx_graph_cache=False):
+            torch._dynamo.reset()
+            check_inductor(corpus_program.fn, *corpus_program.inputs())
+    finally:
+        for r in regs:
+            r.remove()
+
+
 # -- fuzz seed 20261350 #87 (v1): a call's value at another offset, written again -------------
 
 

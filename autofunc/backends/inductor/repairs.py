@@ -220,8 +220,21 @@ _VIEWS_AND_INPLACEABLE = VIEW_OPS | INPLACEABLE
 
 def _written_input(node: fx.Node) -> fx.Node | None:
     """The graph input whose buffer ``node``'s value may end up in after Inductor re-inplaces
-    the scatters it is built from (through views), or ``None``."""
-    *steps, root = view_walk(node, _VIEWS_AND_INPLACEABLE)
+    the scatters it is built from (through views, and reshapes that view their input: fuzz
+    seed 20261920 #32, ``v7 = b.narrow(1, 1, 3).view(5, 9); v8 = v7.select(0, 2); op(v8, ...);
+    v7.mul_(0.5); return v8.clone()``, the clone dropped by ``remove_noop_ops``, returned the
+    input's memory), or ``None``."""
+    from .evaluation import reshape_view  # (evaluation.py imports this module)
+
+    steps: list[fx.Node] = []
+    root = node
+    while True:
+        *more, root = view_walk(root, _VIEWS_AND_INPLACEABLE)
+        steps += more
+        if not reshape_view(root):
+            break
+        steps.append(root)
+        root = root.args[0]
     scattered = any(n.target in INPLACEABLE for n in steps)
     return root if scattered and root.op == "placeholder" else None
 
