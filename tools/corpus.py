@@ -1658,3 +1658,39 @@ def returned_clone_of_a_reshaped_scatter(b):
     two_read_first(v8, v7, b)
     v7.mul_(0.5)
     return (v8.clone(),)
+
+
+@program(
+    lambda: (torch.randn(3, 5, dtype=torch.float64),),
+    "t1 = a * 1; t = a[1:3] * 1; v7, v8 = t.split([1, 1]); add_(a, t1); v8.mul_(-1); "
+    "return t1, v7[0][2:]: a value read before a call, scattered into after it",
+)
+def scatter_into_a_value_read_before_a_call(a):
+    # Note [A scatter into the frontier after the call]: t copied before the call made
+    # Inductor compute the scatter of v8's new value into a buffer of its own, so the plan cost
+    # as much as the clone of a, which stayed (fuzz seed 20261920 #95, shrunk: 120 B over the
+    # built-in)
+    t1 = a * 1.0
+    t = a[1:3] * 1.0
+    v7, v8 = t.split([1, 1], 0)
+    add_(a, t1)
+    v8.mul_(-1.0)
+    return t1, v7[0][2:]
+
+
+@program(
+    lambda: (torch.randn(3, 2, 6, dtype=torch.float64),),
+    "o = ret_after_write(a, (a * 1).view(6, 3, 2)); t = o + 0.25; add_(o, t); v = "
+    "t.as_strided([2, 3], [6, 2], 14); add_list([a], o.sum()); return v[:, 0:2]: a value a "
+    "call takes, returned through a view",
+)
+def taken_value_returned_through_views(a):
+    # Note [A value the call takes, returned through views]: the returned view of t counted as
+    # a lazy reader after add_, so the plan cost t's size, as much as the clone of o, which
+    # stayed (fuzz seed 20261920 #252, shrunk: 288 B over the built-in)
+    o = ret_after_write(a, (a * 1.0).view(6, 3, 2))
+    t = o + 0.25
+    add_(o, t)
+    v = t.as_strided([2, 3], [6, 2], 14)
+    add_list([a], o.sum())
+    return (v[:, 0:2],)

@@ -36,6 +36,8 @@ FOUND = [
     # Note [Copies back where their value is computed]
     "scatter_copied_back_before_a_call",
     "copy_back_computed_before_a_call",
+    "scatter_into_a_value_read_before_a_call",  # Note [A scatter into the frontier after the call]
+    "taken_value_returned_through_views",  # Note [A value the call takes, returned through views]
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
@@ -91,6 +93,12 @@ FUZZ += [(20261916, 231)]
 # an input's new value read before a call, copied back at the end (Note [Copies back where
 # their value is computed]: 8 B and 16 B over before)
 FUZZ += [(20261917, 20), (20261919, 108)]
+# a value read before a call that a scatter after it writes into (Note [A scatter into the
+# frontier after the call]: 120 B over before)
+FUZZ += [(20261920, 95)]
+# a value a call takes and the graph returns through views, read lazily after the call (Note [A
+# value the call takes, returned through views]: 288 B over before)
+FUZZ += [(20261920, 252)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

@@ -43,11 +43,12 @@ the sum after the call: a read of the old value later (rule "old value read late
 functional graph the read may as well run before the call, where its inputs all exist: such
 readers (pure ATen nodes of the kinds below, with the inputs they need that also sit after the
 call) move back to just before the call, in their order, and then count as lazy reads before it:
-their frontier is computed there. Scatters are never moved (Inductor re-inplaces a scatter into
-the input it is copied back to, where it stands), nor anything random, mutating, or a later
-call. The move is tried twice, the readers alone and with every lazy user they make
-computable before the call (a reduction of a read makes a smaller frontier), and the cheaper
-plan is taken, again only when it costs less than the clone.
+their frontier is computed there. Scatters into an input are never moved (Inductor re-inplaces
+a scatter into the input it is copied back to, where it stands; Note [A scatter into the
+frontier after the call]), nor anything random, mutating, or a later call. The move is tried
+twice, the readers alone and with every lazy user they make computable before the call (a
+reduction of a read makes a smaller frontier), and the cheaper plan is taken, again only when
+it costs less than the clone.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from ...passes.walks import users_through_views, view_root
 from ...symbolic import nbytes_hint
 from .evaluation import restrided_for_a_later_region
 from .frontier import cut_at_inputs, pins_where_taken, views_instead
+from .repairs import INPLACEABLE
 
 _aten = torch.ops.aten
 
@@ -143,14 +145,20 @@ def plan_realization(
         return None
     returned = set(outputs)
     # one the call takes costs nothing where no later user reads it lazily (the Note)
-    taken = {n for n in frontier if call in n.users and all(_not_lazy(u, call) for u in n.users)}
+    taken = {  # and one whose memory is returned (Note [A value the call takes, returned
+        # through views])
+        n
+        for n in frontier
+        if call in n.users
+        and (all(_not_lazy(u, call) for u in n.users) or _returned_through_views(n))
+    }
     later = {n for n in frontier if _written_by_a_later_call(n, call)}
     at_roots, roots_cost = {}, 0
     if pinnable is not None:  # Note [A value the call takes, pinned for its later readers]
         at_roots, roots_cost = pins_where_taken(
             frontier, call, returned | taken | later, returned, pinnable
         )
-    views = views_instead(frontier, call, early, here, returned, set(at_roots))
+    views = views_instead(frontier, call, early, here, returned, {*at_roots, *taken})
     if views:
         moved = tuple(sorted({*moved, *views}))
         later |= {v for v in views if _written_by_a_later_call(v, call)}
@@ -165,7 +173,13 @@ def plan_realization(
     # call costs its size, counted once for its nodes
     free = returned.union(pinned).union(taken)
     in_place = cut_at_inputs(frontier, seen, set(readers), call, early, here, free)
-    cost = roots_cost + sum(nbytes_hint(n.meta["val"]) for n in frontier if n not in free)
+    # a copy that a scatter after the call writes into is copied again by that scatter (Note
+    # [A scatter into the frontier after the call])
+    cost = roots_cost + sum(
+        nbytes_hint(n.meta["val"]) * (2 if _scattered_into(n, call) else 1)
+        for n in frontier
+        if n not in free
+    )
     live = sum(  # Note [Values alive across the call]
         nbytes_hint(n.meta["val"])
         for n in frontier
@@ -199,6 +213,43 @@ def affordable(plan: Realization | None, clone_nbytes: int) -> Realization | Non
 
 def _not_lazy(u: fx.Node, call: fx.Node) -> bool:  # (a user that reads no pending value)
     return u <= call or u.op == "output" or u.target in mutation_targets()
+
+
+def _returned_through_views(node: fx.Node) -> bool:
+    """Whether the graph returns ``node`` or a view of it (through a chain of views).
+
+    Note [A value the call takes, returned through views]
+    ``t = o + 0.25; op(o, t); v = t.as_strided(...); r = v * 1; return v[:, 0:2]``: a node the
+    call takes costs nothing to compute before the call where no later user reads it lazily
+    (Note [Lazy reads computed before the call]); a lazy reader after the call would keep its
+    buffer alive across the call, where the clone would let it die there. A node whose memory
+    the graph returns (a view of it) is alive to the end anyway: its later readers read the
+    buffer Inductor computes it into for the call, which the call does not write, at no cost.
+    Counting them made the plan cost ``t``'s size, as much as the clone of ``o``, which stayed
+    (fuzz seed 20261920 #252: 288 B over PyTorch's built-in)."""
+    return any(
+        u.op == "output" or (u.target in VIEW_OPS and _returned_through_views(u))
+        for u in node.users
+    )
+
+
+def _scattered_into(node: fx.Node, call: fx.Node) -> bool:
+    """Whether a scatter (``INPLACEABLE``) after ``call`` writes into ``node``.
+
+    Note [A scatter into the frontier after the call]
+    ``t = a[1:3] * 1; v7, v8 = t.split([1, 1]); op(a, ...); v8.mul_(-1); return v7[0][2:]``:
+    the frontier of ``t``'s read of ``a`` is ``t`` (the scatter of ``v8``'s new value into it
+    comes after the call) and ``v8``. Computed into a copy before the call, ``t`` also made
+    Inductor compute that scatter into a buffer of its own: it re-inplaces a scatter only into
+    a buffer it realizes anyway (``should_reinplace_scatter``), which a copy is not, where
+    without the copy it computes ``t`` inside the scatter's kernel. So a frontier node a later
+    scatter writes into costs twice its size, and the plan that moves the scatter back before
+    the call (Note [Reads moved back before the call]; a scatter into a value the graph
+    computes moves as a pure node does, never one into an input or a call's value, which
+    Inductor may re-inplace into the input where it stands) computes the scatter alone there,
+    as PyTorch's built-in does (fuzz seed 20261920 #95: a clone of ``a``, 120 B over the
+    built-in)."""
+    return any(u > call and u.target in INPLACEABLE and u.args[0] is node for u in node.users)
 
 
 def _written_by_a_later_call(node: fx.Node, call: fx.Node) -> bool:
@@ -264,6 +315,13 @@ def _movable(node: fx.Node) -> bool:
         return False
     if not any(isinstance(a.meta.get("val"), torch.Tensor) for a in node.all_input_nodes):
         return True  # a factory
+    if target in INPLACEABLE:  # Note [A scatter into the frontier after the call]
+        root = view_root(node.args[0], VIEW_OPS | INPLACEABLE)
+        return (  # into a value an ATen op computes: no input, no call's value
+            root.op == "call_function"
+            and isinstance(root.target, torch._ops.OpOverload)
+            and not root.target._schema.is_mutable
+        )
     return target in _MOVABLE or target in VIEW_OPS or torch.Tag.pointwise in target.tags
 
 
