@@ -93,6 +93,9 @@ FUZZ += [(20261916, 231)]
 # an input's new value read before a call, copied back at the end (Note [Copies back where
 # their value is computed]: 8 B and 16 B over before)
 FUZZ += [(20261917, 20), (20261919, 108)]
+# an input's new value read again after the copy back would have moved to it (Note [Copies
+# back where their value is computed]: 480 B over with the first form of that move)
+FUZZ += [(20261921, 1)]
 # a value read before a call that a scatter after it writes into (Note [A scatter into the
 # frontier after the call]: 120 B over before)
 FUZZ += [(20261920, 95)]

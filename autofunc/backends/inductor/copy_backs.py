@@ -63,7 +63,12 @@ def copy_backs_where_computed(graph: fx.Graph) -> None:
     ``x``'s old memory and that a node after ``v`` reads, other than through ``v`` (``b.mul_(2);
     t = b + 0.25; op([a, b], t); return t * b``: ``t`` read after the call), must be computed
     into a buffer of its own before Inductor's copy writes ``x`` (fuzz seed 20261906 #248:
-    960 B more), where at the end it is computed from ``x`` inside its reader's kernel.
+    960 B more), where at the end it is computed from ``x`` inside its reader's kernel. Nor may
+    a node after ``v`` read ``v``, other than the output (through views), unless ``v`` is in
+    ``x``'s memory (a scatter into it, which Inductor writes into ``x`` itself): Inductor
+    computes such a ``v`` into a buffer of its own for those readers and copies that into ``x``
+    (fuzz seed 20261921 #1: ``b.mul_(0.5); t = b.permute(2, 0, 1) * 1; r = b.cumsum(2)``, 480 B
+    more), where at the end it computes ``v`` into ``x`` alone.
     """
     inputs = graph.find_nodes(op="placeholder")
     for dst, copies in input_copies(graph).items():
@@ -80,6 +85,12 @@ def copy_backs_where_computed(graph: fx.Graph) -> None:
         new = {src, *(v for v in users_through_views(src) if v.target in _VIEWS)}
         if any(n > src for n in memory - new - {copy}) or _read_after(memory - new, src, copy):
             continue
+        if src not in memory and any(
+            u > src and u is not copy and u not in new and u.op != "output"
+            for n in new
+            for u in n.users
+        ):
+            continue  # the value would be stored twice (the Note)
         src.append(copy)
 
 
