@@ -14,10 +14,9 @@ import operator
 
 import torch
 from torch import fx
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from ...hops.adapter import mutation_targets, read_node
-from ...passes.memory_ops import VIEW_OPS
+from ...passes.memory_ops import VIEW_OPS, storage_address
 from ...passes.walks import input_copies, users_through_views
 from .evaluation import lazy_under_inductor
 from .repairs import INPLACEABLE
@@ -99,12 +98,12 @@ def _in_memory_of(x: fx.Node) -> set[fx.Node]:
     have run: ``x``, the views and reshapes of one, the scatters into one, and what a call
     taking one returns (a functional mutation node that takes one as a buffer, any other
     higher-order or mutable op that takes one, and the items of its result)."""
-    mine = {x}
+    mine, targets = {x}, mutation_targets()
     for n in x.graph.nodes:  # in graph order: a node after its inputs
         if n.op != "call_function" or not any(a in mine for a in n.all_input_nodes):
             continue
         target = n.target
-        if target in mutation_targets():
+        if target in targets:
             m = read_node(n)  # a call's read arguments are not what it returns
             returns = m is None or any(b in mine for b in m.buffers)
         else:
@@ -143,10 +142,9 @@ def _shares_memory_with_another(node: fx.Node, inputs: list[fx.Node]) -> bool:
     mine = node.meta.get("val")
     if not isinstance(mine, torch.Tensor):
         return True
-    key = StorageWeakRef(mine.untyped_storage())
+    key = storage_address(mine)
     return any(
-        isinstance(v := other.meta.get("val"), torch.Tensor)
-        and StorageWeakRef(v.untyped_storage()) == key
+        isinstance(v := other.meta.get("val"), torch.Tensor) and storage_address(v) == key
         for other in inputs
         if other is not node
     )

@@ -227,10 +227,7 @@ def _returned_through_views(node: fx.Node) -> bool:
     buffer Inductor computes it into for the call, which the call does not write, at no cost.
     Counting them made the plan cost ``t``'s size, as much as the clone of ``o``, which stayed
     (fuzz seed 20261920 #252: 288 B over PyTorch's built-in)."""
-    return any(
-        u.op == "output" or (u.target in VIEW_OPS and _returned_through_views(u))
-        for u in node.users
-    )
+    return any(u.op == "output" for u in users_through_views(node))
 
 
 def _scattered_into(node: fx.Node, call: fx.Node) -> bool:
@@ -305,6 +302,10 @@ _MOVABLE = frozenset(
 )
 
 
+# What the tensor a scatter writes into may be built from (``_movable``).
+_VIEWS_AND_SCATTERS = VIEW_OPS | INPLACEABLE
+
+
 def _movable(node: fx.Node) -> bool:
     target = node.target
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
@@ -316,7 +317,7 @@ def _movable(node: fx.Node) -> bool:
     if not any(isinstance(a.meta.get("val"), torch.Tensor) for a in node.all_input_nodes):
         return True  # a factory
     if target in INPLACEABLE:  # Note [A scatter into the frontier after the call]
-        root = view_root(node.args[0], VIEW_OPS | INPLACEABLE)
+        root = view_root(node.args[0], _VIEWS_AND_SCATTERS)
         return (  # into a value an ATen op computes: no input, no call's value
             root.op == "call_function"
             and isinstance(root.target, torch._ops.OpOverload)
