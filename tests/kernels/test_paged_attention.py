@@ -23,15 +23,21 @@ MAX_BLOCKS_PER_SEQ = 4
 LAYER = 1
 
 
-def _make_case(num_seqs, num_q_heads, num_kv_heads, head_size, block_size, dtype):
+def _make_case(num_seqs, num_q_heads, num_kv_heads, head_size, block_size, dtype, disjoint=False):
     """Query as a view of a qkv row, a layered cache whose unused slots hold NaN, shuffled block
-    tables, and seq_lens that are not multiples of the block size (plus one full table)."""
+    tables, and seq_lens that are not multiples of the block size (plus one full table).
+    ``disjoint``: no two sequences share a block (the cache then has a table's worth per
+    sequence), so what a test writes into one sequence's tokens reaches no other."""
+    num_blocks = num_seqs * MAX_BLOCKS_PER_SEQ if disjoint else NUM_BLOCKS
     kv_cache = torch.full(
-        (NUM_LAYERS, 2, NUM_BLOCKS, block_size, num_kv_heads, head_size), float("nan"), dtype=dtype
+        (NUM_LAYERS, 2, num_blocks, block_size, num_kv_heads, head_size), float("nan"), dtype=dtype
     )
-    block_tables = torch.stack(
-        [torch.randperm(NUM_BLOCKS)[:MAX_BLOCKS_PER_SEQ] for _ in range(num_seqs)]
-    ).int()
+    if disjoint:
+        block_tables = torch.randperm(num_blocks).view(num_seqs, MAX_BLOCKS_PER_SEQ).int()
+    else:
+        block_tables = torch.stack(
+            [torch.randperm(NUM_BLOCKS)[:MAX_BLOCKS_PER_SEQ] for _ in range(num_seqs)]
+        ).int()
     max_len = MAX_BLOCKS_PER_SEQ * block_size
     seq_lens = torch.tensor([max_len - 3, 1, max_len, block_size + 5][:num_seqs], dtype=torch.int32)
     for seq, seq_len in enumerate(seq_lens.tolist()):
@@ -174,8 +180,12 @@ def test_paged_decode_attention_propagates_nan_and_inf():
     # block scores -inf and later blocks are finite: the running max starts at -inf, and the
     # result is finite (the -inf tokens get weight 0), not NaN. Seq 4: every score -inf: NaN
     # (softmax of all -inf). Seq 5: empty: zeros. The cache beyond seq_len holds NaN throughout.
+    # The sequences share no block: with shared blocks seq 2's inf value or seq 4's -inf keys
+    # land in seq 3's tokens for about one seed in three (on the GPU's generator too).
     block_size, head_size = 8, 16
-    query, kv_cache, block_tables, _ = _make_case(6, 1, 1, head_size, block_size, torch.float32)
+    query, kv_cache, block_tables, _ = _make_case(
+        6, 1, 1, head_size, block_size, torch.float32, disjoint=True
+    )
     seq_lens = torch.tensor([20, 20, 20, 20, 12, 0], dtype=torch.int32)
     key_cache, value_cache = kv_cache[LAYER, 0], kv_cache[LAYER, 1]
     for seq in range(5):
