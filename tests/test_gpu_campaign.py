@@ -214,6 +214,13 @@ MERGED = [
                                 "mem_above_eager": 0,
                                 "time_ratio": 0.9,
                             },
+                            {  # under a MiB: the row says KiB (not "-0 MiB")
+                                "strategy": "builtin_v2",
+                                "correct": True,
+                                "error": "",
+                                "mem_above_eager": -294912,
+                                "time_ratio": 1.5,
+                            },
                         ]
                     }
                 },
@@ -257,7 +264,8 @@ def test_readme_rows_from_merged_json():
         "| part1 | triton_cache | not run | 0 / 30 | no output |",
         (
             "| part2 | bench | ok | 100 / 120 | eager: right on 1/1; autofunc_v2: right on 1/2, "
-            "-1 to +0 MiB above eager, 0.80-0.90x eager's time |"
+            "-1 to +0 MiB above eager, 0.80-0.90x eager's time; builtin_v2: right on 1/1, "
+            "-288 KiB above eager, 1.50x eager's time |"
         ),
         (
             "| part2 | compare | ok | 50 / 60 | eager: right on 1/1; builtin_v2: right on 1/2 "

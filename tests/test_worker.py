@@ -33,3 +33,23 @@ def test_timeout_kills_the_worker():
     done = _run([["a", "ok"], ["b", "hang"]], timeout_s=15)
     assert done.timed_out and done.in_flight == "b"
     assert [r["key"] for r in done.results] == ["a"]
+
+
+def test_an_error_line_names_the_cause_a_wrapper_hides():
+    class CompileFailed(Exception):  # as Dynamo's BackendCompilerFailed: a header, then the cause
+        def __init__(self, inner):
+            super().__init__(f"backend='inductor' raised:\n{inner}")
+            self.inner_exception = inner
+
+    cause = RuntimeError("setStorage: sizes [2, 64] out of bounds\nthe rest")
+    wrapped = CompileFailed(cause)
+    assert worker.error_line(wrapped) == (
+        "CompileFailed: backend='inductor' raised: "
+        "RuntimeError: setStorage: sizes [2, 64] out of bounds"
+    )
+    try:
+        raise ValueError("outer") from KeyError("k")
+    except ValueError as e:
+        assert worker.error_line(e) == "ValueError: outer KeyError: 'k'"
+    assert worker.error_line(ValueError("a\nb")) == "ValueError: a"
+    assert worker.error_line(ValueError("x" * 999), 200) == ("ValueError: " + "x" * 999)[:200]

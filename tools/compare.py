@@ -86,7 +86,7 @@ def run_program(name: str, config: str, device: str = "cpu") -> Row:
         else:
             row.clones = 0
     except Exception as e:  # a compile error is a result to report, not a crash of the sweep
-        row.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        row.error = worker.error_line(e, 200)
     finally:
         for r in regs:
             r.remove()

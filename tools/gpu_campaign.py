@@ -449,6 +449,12 @@ def _span(values: list[float], fmt: str) -> str:
     return f"{format(lo, fmt)}{' to ' if lo < 0 else '-'}{format(hi, fmt)}"
 
 
+def _bytes_span(values: list[int]) -> str:
+    """In MiB where one of them reaches a MiB, else in KiB (a per-call peak is often KiB)."""
+    unit, scale = ("MiB", 2**20) if max(abs(v) for v in values) >= 2**20 else ("KiB", 2**10)
+    return f"{_span([v / scale for v in values], '+.0f')} {unit}"
+
+
 def _kernels(outputs: dict[str, Any]) -> str:
     doc = next(iter(outputs.values())) or {}
     parts = []
@@ -473,9 +479,9 @@ def _bench(outputs: dict[str, Any]) -> str:
         rows = [r for r in records if r["strategy"] == strategy]
         right = sum(1 for r in rows if r.get("correct") and not r.get("error"))
         text = f"{strategy}: right on {right}/{len(rows)}"
-        mem = [r["mem_above_eager"] / 2**20 for r in rows if r.get("mem_above_eager") is not None]
+        mem = [r["mem_above_eager"] for r in rows if r.get("mem_above_eager") is not None]
         if mem and strategy != "eager":
-            text += f", {_span(mem, '+.0f')} MiB above eager"
+            text += f", {_bytes_span(mem)} above eager"
         t = [r["time_ratio"] for r in rows if r.get("time_ratio") is not None]
         if t and strategy != "eager":
             text += f", {_span(t, '.2f')}x eager's time"

@@ -161,8 +161,7 @@ def measure_compile(
         record.hops = timers.hops.get(key, 0)
         record.nodes = timers.nodes.get(key, 0)
     except Exception as e:  # noqa: BLE001 - a failed compile is a result
-        text = str(e).strip()
-        record.error = f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
+        record.error = worker.error_line(e)
     finally:
         for r in regs:
             r.remove()

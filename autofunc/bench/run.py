@@ -115,7 +115,7 @@ def measure_point(
         with _compile_config(strategy):
             _measure(sweep, program, strategy, record, rss)
     except Exception as e:  # noqa: BLE001 - a failure under this strategy is a result
-        record.error = _first_line(e)
+        record.error = worker.error_line(e)
     finally:
         for r in regs:
             r.remove()
@@ -294,11 +294,6 @@ def _failed(sweep: Sweep, case: str, xs: dict[str, Any], strategy: str, why: str
     return Record(case, strategy, dict(xs), cache_bytes, correct=False, error=why)
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
-
-
 # -- isolation: a forked child per point ---------------------------------------------------------
 
 
@@ -312,7 +307,7 @@ def _in_child(fn: Callable[[], dict], timeout_s: float) -> tuple[dict | None, st
         try:
             payload = json.dumps(fn()).encode()
         except BaseException as e:  # noqa: BLE001 - reported to the parent, then exit
-            payload, code = json.dumps({"__error__": _first_line(e)}).encode(), 1
+            payload, code = json.dumps({"__error__": worker.error_line(e)}).encode(), 1
         with os.fdopen(write_fd, "wb") as out:
             out.write(payload)
         os._exit(code)

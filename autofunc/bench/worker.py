@@ -22,7 +22,23 @@ import tempfile
 import threading
 from typing import Any, Callable
 
-__all__ = ["WorkerRun", "read_spec", "result", "run", "start"]
+__all__ = ["WorkerRun", "error_line", "read_spec", "result", "run", "start"]
+
+
+def error_line(e: BaseException, limit: int = 300) -> str:
+    """One line for a failed item: ``Type: first line``, and where that line names no cause
+    (``BackendCompilerFailed: backend='inductor' raised:``) the innermost exception's too."""
+    def line(x: BaseException) -> str:
+        text = str(x).strip()
+        return f"{type(x).__name__}: {text.splitlines()[0] if text else ''}"
+
+    inner, seen = e, {id(e)}
+    while (nxt := inner.__cause__ or getattr(inner, "inner_exception", None)) is not None:
+        if id(nxt) in seen:
+            break
+        inner, seen = nxt, seen | {id(nxt)}
+    text = line(e) if inner is e else f"{line(e)} {line(inner)}"
+    return text[:limit]
 
 
 def read_spec() -> Any:
