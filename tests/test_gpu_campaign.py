@@ -99,6 +99,10 @@ def test_a_bad_option_does_not_parse(part):
     pytest_step = next(s for s in gc.PARTS["part1"] if s.entry == "pytest")
     moved = dataclasses.replace(pytest_step, argv=("tests/no_such_test.py",))
     assert "no such test file" in gc.check_arguments(moved)
+    compare = next(s for s in gc.PARTS["part2"] if s.entry == "compare")
+    renamed = dataclasses.replace(compare, argv=("--programs", "kv_layers,kv_no_such_program"))
+    assert "kv_no_such_program" in gc.check_arguments(renamed)
+    assert "v3" in gc.check_arguments(dataclasses.replace(compare, argv=("--configs", "v3")))
 
 
 MERGED = [
