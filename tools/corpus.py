@@ -1694,3 +1694,37 @@ def taken_value_returned_through_views(a):
     v = t.as_strided([2, 3], [6, 2], 14)
     add_list([a], o.sum())
     return (v[:, 0:2],)
+
+
+@program(
+    lambda: (torch.randn(4, dtype=torch.float64),),
+    "v = a[2:3]; a.mul_(0.5); write_then_read(v, arange(4)): an input's new value written "
+    "through a view by a call",
+    # measured on this CPU with a itself written (the built-in 72 B, eager 88 B); 64 B where a
+    # buffer of a's new value is written and copied into a at the end
+    necessary_bytes=32,
+)
+def input_scaled_then_its_view_written(a):
+    # Note [A buffer copied into an input is the input]: the call wrote the new value's buffer
+    # in place, copied into a at the end, a buffer of its own where the built-in writes a copy
+    # of the slice (fuzz seed 20261917 #231, shrunk: 24 B over the built-in)
+    v = a[2:3]
+    a.mul_(0.5)
+    write_then_read(v, torch.arange(4, dtype=a.dtype, device=a.device).mean().reshape(1))
+    return ()
+
+
+@program(
+    lambda: (torch.randn(4, 2, dtype=torch.float64)[::2],),
+    "v0 = a[:, 0:1]; v1 = v0.diagonal(); v1.mul_(0.5); two(v1, v0) on a strided a: a "
+    "scatter into a strided input written by a call",
+)
+def scatter_into_a_strided_input_written(a):
+    # Note [A buffer copied into an input is the input]: the scatter of v1's new value into a
+    # was cloned in a's layout for the call and copied into a at the end (fuzz seed 20261922
+    # #157, shrunk: 48 B over the built-in)
+    v0 = a[:, 0:1]
+    v1 = v0.diagonal()
+    v1.mul_(0.5)
+    two(v1, v0)
+    return ()

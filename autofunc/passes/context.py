@@ -50,6 +50,9 @@ class Pass:
     saved: SavedTensors | None = None
     # what the copies ``emit`` inserts now are made for (``copies.copying``)
     copying_for: tuple | None = None
+    # (call, buffer, graph input) for each kept clone a repair replaced by the input its value
+    # is copied into (Note [A buffer copied into an input is the input]), for the report
+    into_inputs: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)

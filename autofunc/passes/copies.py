@@ -53,6 +53,7 @@ __all__ = [
     "account_copies",
     "copy_nbytes",
     "copy_node_set",
+    "copy_tag",
     "copying",
     "tag_emitted",
     "tag_new_copies",
@@ -96,6 +97,11 @@ class Copy:
     @property
     def for_mutation(self) -> bool:
         return self.kind is not CopyKind.OTHER
+
+
+def copy_tag(node: fx.Node) -> tuple[CopyKind, str] | None:
+    """``(kind, call)`` of a copy node the pass tagged (``copying``); ``None`` for any other."""
+    return node.meta.get(_TAG)
 
 
 def copy_nbytes(node: fx.Node) -> int:

@@ -245,6 +245,7 @@ def _reinplace(
             for repair in repairs:  # step 5
                 repair(ctx)
         tag_new_copies(gm.graph, before, CopyKind.REPAIR)
+        report.written_into_inputs(ctx.into_inputs)
     policy.lint(gm.graph)  # step 6
     gm.recompile()
     report.copies = account_copies(gm.graph)  # Note [Every copy in the report] in copies.py

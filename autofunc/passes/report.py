@@ -89,6 +89,26 @@ class Report:
         mutation (``bytes_cloned`` counts only the clones the decisions keep)."""
         return sum(c.nbytes for c in self.mutation_copies)
 
+    def written_into_inputs(self, moves: list[tuple[str, str, str]]) -> None:
+        """Each ``(call, buffer, input)``: the clone the call's decision on ``buffer`` kept was
+        replaced by the graph input its value is copied into, which the call now writes in
+        place (Note [A buffer copied into an input is the input])."""
+        for call, buffer, graph_input in moves:
+            for c in self.calls:
+                if c.node != call:
+                    continue
+                c.decisions = [
+                    dataclasses.replace(
+                        d,
+                        reason=Reason.INPLACE,
+                        detail=f"into the graph input {graph_input} its value is copied into, "
+                        f"in place of the clone kept because {d.explain()}",
+                    )
+                    if d.buffer == buffer and not d
+                    else d
+                    for d in c.decisions
+                ]
+
     # the version of the JSON form; from_json refuses any other
     JSON_FORMAT = 2
 

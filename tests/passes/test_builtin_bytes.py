@@ -38,6 +38,9 @@ FOUND = [
     "copy_back_computed_before_a_call",
     "scatter_into_a_value_read_before_a_call",  # Note [A scatter into the frontier after the call]
     "taken_value_returned_through_views",  # Note [A value the call takes, returned through views]
+    # Note [A buffer copied into an input is the input]
+    "input_scaled_then_its_view_written",
+    "scatter_into_a_strided_input_written",
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
@@ -102,6 +105,10 @@ FUZZ += [(20261920, 95)]
 # a value a call takes and the graph returns through views, read lazily after the call (Note [A
 # value the call takes, returned through views]: 288 B over before)
 FUZZ += [(20261920, 252)]
+# a call writing an input's new value, computed (or cloned in the input's layout) into a buffer
+# of its own and copied into the input at the end (Note [A buffer copied into an input is the
+# input]: 24 B and 48 B over before)
+FUZZ += [(20261917, 231), (20261922, 157)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)
@@ -208,3 +215,28 @@ def test_a_constant_read_before_the_call_is_read_apart_from_the_write(fn):
     assert check.correct, check.mismatch
     assert [c for r in reports for c in r.copies] == []
     assert sum(r.num_clones for r in reports) == 0
+
+
+@pytest.mark.parametrize("strategy_name", ["v1", "v2"])
+def test_a_clone_in_an_inputs_layout_becomes_the_input(strategy_name):
+    # Note [A buffer copied into an input is the input]: the clone of the scatter into a kept
+    # in a's layout is replaced by a, the call writes the caller's tensor, and the report says
+    # so (before: a clone, 48 B over the built-in)
+    from autofunc.inductor import last_reports
+
+    p = corpus.PROGRAMS["scatter_into_a_strided_input_written"]
+    regs = corpus.register_all(strategy_name)
+    try:
+        with inductor_config.patch(fx_graph_cache=False):
+            torch._dynamo.reset()
+            last_reports(clear=True)
+            check = run_against_eager(p.fn, torch.compile(p.fn, fullgraph=True), p.inputs())
+            reports = last_reports(clear=True)
+    finally:
+        for r in regs:
+            r.remove()
+    assert check.correct, check.mismatch
+    decisions = [d for r in reports for d in r.decisions]
+    assert decisions and all(decisions), [d.explain() for d in decisions]
+    assert any("into the graph input" in d.detail for d in decisions)
+    assert [c for r in reports for c in r.mutation_copies] == []

@@ -11,7 +11,6 @@ kinds; no Inductor configuration.
 from __future__ import annotations
 
 import operator
-
 import torch
 from torch import fx
 
@@ -21,13 +20,18 @@ from ...passes.walks import input_copies, users_through_views
 from .evaluation import lazy_under_inductor
 from .repairs import INPLACEABLE
 
-__all__ = ["copy_backs_where_computed"]
+__all__ = [
+    "copy_backs_where_computed",
+    "in_memory_of",
+    "read_after",
+    "shares_memory_with_another",
+]
 
 _aten = torch.ops.aten
 
 # Views Inductor may lower as views of their input (a reshape may be one).
 _VIEWS = VIEW_OPS | {_aten.reshape.default}
-# What may return its first input's memory (``_in_memory_of``).
+# What may return its first input's memory (``in_memory_of``).
 _ALIASING = _VIEWS | INPLACEABLE | {operator.getitem}
 
 
@@ -50,7 +54,7 @@ def copy_backs_where_computed(graph: fx.Graph) -> None:
     where it stands (Note [Copies moved before the writes]), into the input's buffer.
 
     Sound where no node after ``v`` but the copy uses a value that may be ``x``'s memory once
-    the calls write in place (``_in_memory_of``: ``x``, a view of it, a call's new value of
+    the calls write in place (``in_memory_of``: ``x``, a view of it, a call's new value of
     it; ``op(b); t = b.view(2, 2).clone(); op(b); return t`` reads the first call's value of
     ``b`` after the second call's value is made), except ``v`` itself and its views, which
     hold the value the copy writes: nodes may read them (``v1 = b[4:5]; v1.add_(r); op(r, v1)``
@@ -77,12 +81,12 @@ def copy_backs_where_computed(graph: fx.Graph) -> None:
             or not isinstance(src, fx.Node)
             or src.op != "call_function"
             or copy is src.next
-            or _shares_memory_with_another(dst, inputs)
+            or shares_memory_with_another(dst, inputs)
         ):
             continue
-        memory = _in_memory_of(dst)
+        memory = in_memory_of(dst)
         new = {src, *(v for v in users_through_views(src) if v.target in _VIEWS)}
-        if any(n > src for n in memory - new - {copy}) or _read_after(memory - new, src, copy):
+        if any(n > src for n in memory - new - {copy}) or read_after(memory - new, src, copy):
             continue
         if src not in memory and any(
             u > src and u is not copy and u not in new and u.op != "output"
@@ -93,7 +97,7 @@ def copy_backs_where_computed(graph: fx.Graph) -> None:
         src.append(copy)
 
 
-def _in_memory_of(x: fx.Node) -> set[fx.Node]:
+def in_memory_of(x: fx.Node) -> set[fx.Node]:
     """The nodes whose value may be ``x``'s memory once the pass and Inductor's re-inplacing
     have run: ``x``, the views and reshapes of one, the scatters into one, and what a call
     taking one returns (a functional mutation node that takes one as a buffer, any other
@@ -117,12 +121,21 @@ def _in_memory_of(x: fx.Node) -> set[fx.Node]:
     return mine
 
 
-def _read_after(old: set[fx.Node], src: fx.Node, copy: fx.Node) -> bool:
+def read_after(
+    old: set[fx.Node], src: fx.Node, copy: fx.Node, returned: set[fx.Node] | None = None
+) -> bool:
     """Whether a node after ``src`` other than ``copy`` reads the values ``old``: a user of one,
     or a user of a value Inductor may compute late from one (``lazy_under_inductor``), followed
     through such values but not through ``src``, whose later readers read the value the copy
-    writes."""
-    todo = [u for n in old for u in n.users if u is not copy]
+    writes. With ``returned`` (the outputs whose memory the caller gets: ``Pass.outputs``), the
+    output reads only those."""
+
+    def reads(user: fx.Node, value: fx.Node) -> bool:
+        return user is not copy and (
+            returned is None or user.op != "output" or value in returned
+        )
+
+    todo = [u for n in old for u in n.users if reads(u, n)]
     seen = set(todo)
     while todo:
         u = todo.pop()
@@ -131,13 +144,13 @@ def _read_after(old: set[fx.Node], src: fx.Node, copy: fx.Node) -> bool:
         if u is src or not lazy_under_inductor(u):
             continue  # computed where it stands, before the copy
         for w in u.users:
-            if w is not copy and w not in seen:
+            if reads(w, u) and w not in seen:
                 seen.add(w)
                 todo.append(w)
     return False
 
 
-def _shares_memory_with_another(node: fx.Node, inputs: list[fx.Node]) -> bool:
+def shares_memory_with_another(node: fx.Node, inputs: list[fx.Node]) -> bool:
     """Whether another graph input has ``node``'s fake storage (or ``node`` has none)."""
     mine = node.meta.get("val")
     if not isinstance(mine, torch.Tensor):
@@ -148,3 +161,4 @@ def _shares_memory_with_another(node: fx.Node, inputs: list[fx.Node]) -> bool:
         for other in inputs
         if other is not node
     )
+

@@ -1,0 +1,297 @@
+"""Graph inputs as the buffers the calls write: a repair of Inductor's policy run after the
+rewrite (``InductorPolicy.repairs_after``, Note [Pipeline] step 5 in ``reinplace.py``).
+
+``inputs_as_buffers(ctx)`` finds a buffer the rewritten graph computes, has calls write in
+place and copies into a graph input at the end (AOTAutograd's epilogue ``copy_``), and makes the
+input that buffer: the copy moves to where the buffer is made, every later use of the buffer
+takes the input. Reads the graph's order, node kinds and fake values; records each kept clone
+it replaces in ``Pass.into_inputs`` for the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import fx
+
+from ...passes.copies import copy_tag
+from ...passes.memory_ops import VIEW_OPS
+from ...passes.walks import input_copies, view_root
+from ...regions import contains, region_of, same_geometry
+from ...symbolic import known
+from .copy_backs import in_memory_of, read_after, shares_memory_with_another
+from .ops import FRESH_ALIAS
+
+__all__ = ["inputs_as_buffers"]
+
+_aten = torch.ops.aten
+
+# What takes a tensor's memory as it is: views, and the pass's fresh alias of an argument.
+_ALIASES = VIEW_OPS | {FRESH_ALIAS}
+# Views that pick the same elements of a tensor whatever its strides: the ops a buffer's uses
+# may take it through when the input taking its place is laid out otherwise.
+_LAYOUT_FREE = frozenset(
+    {
+        FRESH_ALIAS,
+        _aten.alias.default,
+        _aten.diagonal.default,
+        _aten.permute.default,
+        _aten.select.int,
+        _aten.slice.Tensor,
+        _aten.squeeze.dim,
+        _aten.squeeze.dims,
+        _aten.t.default,
+        _aten.transpose.int,
+        _aten.unsqueeze.default,
+    }
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Buffer:
+    """A buffer copied into a graph input at the end, as the pass left it."""
+
+    anchor: fx.Node  # where it is made: the copy into the input moves just after it
+    value: fx.Node  # what the moved copy writes into the input
+    aliases: frozenset[fx.Node]  # the nodes that are the buffer, in the input's geometry
+    span_views: tuple[fx.Node, ...] = ()  # other views of the span copy's flat buffer
+
+
+def inputs_as_buffers(ctx) -> None:
+    """Where the rewritten graph computes a buffer ``v``, writes it in place and copies it into
+    the graph input ``x`` at the end, copy it into ``x`` where it is made and write ``x``.
+
+    Note [A buffer copied into an input is the input]
+    ``v = a[2:3]; a.mul_(0.5); op(v)`` reaches Inductor, once the pass has written the call's
+    buffer in place, as ``m = a * 0.5; op(m[2:3]); copy_(a, m)``: ``m`` is a buffer of its own,
+    alive from its computation to the copy at the end (fuzz seed 20261917 #231: 24 B over
+    PyTorch's built-in, which writes a copy of the slice and scatters it into ``a``). Eager
+    writes ``a`` itself: its new value, then the call. So does this graph once the copy moves to
+    just after ``m`` and every later use of ``m`` takes ``a`` instead: ``a`` then holds, at
+    every point after ``m``, what ``m`` held (its value at the copy, each later write made to
+    it), and at the end ``m``'s last value, which the copy wrote before. Inductor computes
+    ``m`` into ``a`` in the copy's kernel, the copy being ``m``'s only use. The same holds for
+    a clone the pass keeps in the input's layout (20261922 #157: ``v1 = a[:, 0:1].diagonal();
+    v1.mul_(0.5); op(v1, a[:, 0:1], v1)`` on a strided ``a``, where the scatter of ``v1``'s new
+    value into ``a`` was cloned into a span of ``a``'s layout, 48 B over): the input is the
+    clone, the scatter is copied into it, and the span's other views are views of the input.
+
+    Sound where, after ``v``, nothing but the copy uses a value that may be ``x``'s memory and
+    no read of ``x``'s old memory is pending (``in_memory_of``, ``read_after``: ``x`` holds
+    ``v``'s values from there on), no other input shares ``x``'s memory, ``v`` is memory of its
+    own (an op with no aliasing result: not a view, an input or a call's value, whose writes
+    another tensor would see; or the pass's clone), the caller gets the memory of neither ``v``
+    nor a view of it (it would get ``x``'s; an output AOTAutograd regenerates from the input is
+    the input's anyway), and ``x`` and ``v`` have one geometry, or the same sizes and dtype with
+    every use of ``v`` taking it through views that pick the same elements whatever the strides
+    (``_LAYOUT_FREE``; an ``as_strided`` or a shape ``view`` depends on them). The span's other
+    views address ``x``'s storage as they addressed the span's: one geometry, ``x`` at offset
+    0, each inside the clone's elements.
+    It pays only where calls are all that use ``v`` (through views): a node reading ``v`` after
+    the move reads ``x``, and Inductor computes ``v`` into ``x`` together with that reader,
+    ahead of the nodes between them, and plans its buffers otherwise (fuzz seed 20261921 #1,
+    ``b.mul_(0.5); r = b.cumsum(2); t = b.permute(2, 0, 1) * 1``, no call writing ``b``'s new
+    value: 480 B more). Never more memory otherwise: ``v``'s buffer, where it is still made, is
+    freed at the copy, not at the end.
+    """
+    graph = ctx.gm.graph
+    inputs, returned = graph.find_nodes(op="placeholder"), set(ctx.outputs)
+    for dst, copies in input_copies(graph).items():
+        buf = _buffer_made(copies[0].args[1]) if len(copies) == 1 else None
+        copy = copies[0]
+        if (
+            buf is None
+            or copy is buf.anchor.next
+            or not _only_calls_use(buf, copy)
+            or any(
+                u > copy and u.op != "output" and not _regenerated(u, returned)
+                for a in buf.aliases
+                for u in a.users
+            )
+            or shares_memory_with_another(dst, inputs)
+            or not all(_takes_the_place(dst, a, returned) for a in buf.aliases)
+            or not _span_views_fit(dst, buf, returned)
+        ):
+            continue
+        memory = in_memory_of(dst)
+        late = {n for n in memory - {copy} if n > buf.anchor and not _regenerated(n, returned)}
+        if late or read_after(memory, buf.anchor, copy, returned):
+            continue
+        cloned = _cloned(copy.args[1])
+        if cloned is not None:
+            ctx.into_inputs.append((*cloned, dst.name))
+        _rewrite(buf, copy, dst)
+
+
+def _rewrite(buf: _Buffer, copy: fx.Node, dst: fx.Node) -> None:
+    buf.anchor.append(copy)
+    copy.update_arg(1, buf.value)
+    for alias in buf.aliases:
+        for user in list(alias.users):
+            if user is not copy and user not in buf.aliases:
+                user.replace_input_with(alias, dst)
+    for view in buf.span_views:
+        view.replace_input_with(view.args[0], dst)
+    for alias in sorted(buf.aliases, reverse=True):
+        _erase_unused(alias)
+
+
+def _buffer_made(src: object) -> _Buffer | None:
+    """The buffer an input's copy-back copies: a node with memory of its own and its pins
+    (``pin_layout``), or the pass's span copy (``CloneKind.SPAN``: the value is the copied
+    node, the aliases its view in the input's geometry); ``None`` for anything else."""
+    if not isinstance(src, fx.Node):
+        return None
+    flat = src.args[0] if src.target == _aten.as_strided.default else None
+    if (
+        src.meta.get("autofunc.clone")
+        and isinstance(flat, fx.Node)
+        and flat.target == _aten.as_strided_scatter.default
+    ):
+        others = tuple(u for u in flat.users if u is not src)
+        return _Buffer(src, flat.args[1], frozenset({src}), others)
+    own = flat if src.meta.get("autofunc.pin") else src
+    if not _own_memory(own):
+        return None
+    pins = (u for u in own.users if u.meta.get("autofunc.pin"))
+    return _Buffer(own, own, frozenset({own, *pins}))
+
+
+def _own_memory(node: object) -> bool:
+    """Whether ``node`` is a tensor an ATen op makes in memory of its own: no result of it
+    aliases an argument and it writes none; not an allocation whose values are not set (a
+    copy of it would copy nothing)."""
+    if not isinstance(node, fx.Node) or node.op != "call_function":
+        return False
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    schema = target._schema
+    if target in (_aten.empty_strided.default, _aten.empty.memory_format):
+        return False
+    return not schema.is_mutable and not any(r.alias_info for r in schema.returns)
+
+
+def _uses(node: fx.Node) -> list[fx.Node]:
+    """The nodes that use ``node`` or an alias of it (``_ALIASES``), the aliases included."""
+    out, todo, seen = [], [node], {node}
+    while todo:
+        for user in todo.pop().users:
+            if user not in seen:
+                seen.add(user)
+                out.append(user)
+                if user.op == "call_function" and user.target in _ALIASES:
+                    todo.append(user)
+    return out
+
+
+def _only_calls_use(buf: _Buffer, copy: fx.Node) -> bool:
+    """Whether the buffer's uses, through aliases, are the copy and calls of mutable ops, one
+    at least (the Note: a node reading it otherwise may cost memory)."""
+    ends = [
+        u
+        for a in (*buf.aliases, *buf.span_views)
+        for u in _uses(a)
+        if u is not copy
+        and u not in buf.aliases
+        and u.target not in _ALIASES
+        and u.op != "output"  # what the caller gets: ``_takes_the_place``
+    ]
+    return bool(ends) and all(
+        isinstance(u.target, torch._ops.OpOverload) and u.target._schema.is_mutable for u in ends
+    )
+
+
+def _takes_the_place(dst: fx.Node, src: fx.Node, returned: set[fx.Node]) -> bool:
+    """Whether the input ``dst`` can stand for ``src`` in every use of ``src``: one geometry,
+    or the same sizes and dtype with ``src`` taken only through ``_LAYOUT_FREE`` views (and
+    pins); and the caller gets the memory of neither ``src`` nor a view of it (``returned``:
+    ``Pass.outputs``)."""
+    mine, theirs = dst.meta.get("val"), src.meta.get("val")
+    if not isinstance(mine, torch.Tensor) or not isinstance(theirs, torch.Tensor):
+        return False
+    uses = _uses(src)
+    if src in returned or any(u in returned for u in uses) or mine.dtype != theirs.dtype:
+        return False
+    if same_geometry(mine, theirs):
+        return True
+    if mine.dim() != theirs.dim() or not all(
+        known(a == b) for a, b in zip(mine.shape, theirs.shape)
+    ):
+        return False
+    # the pins of a buffer are dropped (the input is laid out already: ``pin_layout``)
+    views = (u for u in uses if u.target in _ALIASES and not u.meta.get("autofunc.pin"))
+    return all(u.target in _LAYOUT_FREE for u in views)
+
+
+def _span_views_fit(dst: fx.Node, buf: _Buffer, returned: set[fx.Node]) -> bool:
+    """Whether each other view of the span copy addresses ``dst``'s storage as it addresses the
+    span's: ``dst`` at offset 0 in the clone's geometry, the view an ``as_strided`` inside the
+    clone's elements, its memory not the caller's."""
+    if not buf.span_views:
+        return True
+    (clone,) = buf.aliases
+    mine, theirs = dst.meta.get("val"), clone.meta.get("val")
+    if not (
+        isinstance(mine, torch.Tensor)
+        and isinstance(theirs, torch.Tensor)
+        and same_geometry(mine, theirs)
+        and known(mine.storage_offset() == 0)
+    ):
+        return False
+    flat = clone.args[0].meta.get("val")
+    if not isinstance(flat, torch.Tensor):
+        return False
+    inside = region_of(theirs, flat)
+    for view in buf.span_views:
+        val = view.meta.get("val")
+        if (
+            view.target != _aten.as_strided.default
+            or not isinstance(val, torch.Tensor)
+            or not contains(inside, region_of(val, flat))
+            or view in returned
+            or any(u in returned for u in _uses(view))
+        ):
+            return False
+    return True
+
+
+def _regenerated(node: fx.Node, returned: set[fx.Node]) -> bool:
+    """Whether ``node`` is a view whose only uses, through views, are outputs the caller does
+    not get the memory of (not ``returned``: AOTAutograd regenerates them from the input)."""
+    if node.target not in VIEW_OPS or node in returned:
+        return False
+    return all(
+        u.op == "output" or (u.target in VIEW_OPS and u not in returned)
+        for u in _uses(node)
+    )
+
+
+def _cloned(src: fx.Node) -> tuple[str, str] | None:
+    """``(call, buffer)`` where ``src`` is a clone the pass kept for a call's buffer
+    (``emit_clone``: the clone, its pin, or its span copy), else ``None``."""
+    for n in (src, src.args[0] if src.meta.get("autofunc.pin") else None):
+        if not isinstance(n, fx.Node) or not n.meta.get("autofunc.clone"):
+            continue
+        # the span copy's tag is on its scatter (``copy_tag``: copy nodes only)
+        copied = n.args[0] if n.target == _aten.as_strided.default else n
+        tag = copy_tag(copied)
+        if tag is not None:
+            return tag[1], view_root(copied.args[1 if copied is not n else 0]).name
+    return None
+
+
+def _erase_unused(node: fx.Node) -> None:
+    """Erase ``node`` if nothing uses it, then each input of it left unused that the pass
+    made for it (views, pins, the span copy's scatter and zeros: ops with no side effect)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n.users or n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        if n.target._schema.is_mutable:
+            continue
+        inputs = n.all_input_nodes
+        n.graph.erase_node(n)
+        todo.extend(inputs)
