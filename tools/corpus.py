@@ -1728,3 +1728,17 @@ def scatter_into_a_strided_input_written(a):
     v1.mul_(0.5)
     two(v1, v0)
     return ()
+
+
+@program(
+    lambda: (torch.randn(12, 2, 5, dtype=torch.float64)[::2],),
+    "add_(a, a); a.unsqueeze(0).diagonal(1, 1, 3).mul_(0.5) on a strided a: a scatter into a "
+    "view of an input a call wrote",
+)
+def scatter_into_a_view_of_a_written_input(a):
+    # Note [A scatter into an input written in place]: Inductor computed the scatter into a
+    # buffer of its own (dense, where a is strided) and copied it into a (fuzz seed 20261925
+    # #69, shrunk: 480 B over the built-in)
+    add_(a, a)
+    a.unsqueeze(0).diagonal(1, 1, 3).mul_(0.5)
+    return ()

@@ -54,6 +54,7 @@ __all__ = [
     "copy_nbytes",
     "copy_node_set",
     "copy_tag",
+    "set_copy_tag",
     "copying",
     "tag_emitted",
     "tag_new_copies",
@@ -102,6 +103,11 @@ class Copy:
 def copy_tag(node: fx.Node) -> tuple[CopyKind, str] | None:
     """``(kind, call)`` of a copy node the pass tagged (``copying``); ``None`` for any other."""
     return node.meta.get(_TAG)
+
+
+def set_copy_tag(node: fx.Node, tag: tuple[CopyKind, str]) -> None:
+    """Tag the copy node ``node`` as ``(kind, call)`` (a repair's copy that stands for another)."""
+    node.meta[_TAG] = tag
 
 
 def copy_nbytes(node: fx.Node) -> int:

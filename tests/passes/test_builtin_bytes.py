@@ -41,6 +41,7 @@ FOUND = [
     # Note [A buffer copied into an input is the input]
     "input_scaled_then_its_view_written",
     "scatter_into_a_strided_input_written",
+    "scatter_into_a_view_of_a_written_input",  # Note [A scatter into an input written in place]
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
@@ -109,6 +110,9 @@ FUZZ += [(20261920, 252)]
 # of its own and copied into the input at the end (Note [A buffer copied into an input is the
 # input]: 24 B and 48 B over before)
 FUZZ += [(20261917, 231), (20261922, 157)]
+# a scatter into a view of a strided input, copied back at the end (Note [A scatter into an
+# input written in place]: 480 B over before)
+FUZZ += [(20261925, 69)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

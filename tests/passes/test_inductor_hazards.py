@@ -1430,3 +1430,18 @@ def test_a_value_a_call_writes_is_no_pending_read_of_its_input(fuzz_strategy):
         )
     (report,) = reports
     assert report.bytes_cloned == 0, report
+
+
+# -- fuzz seed 20261926 #16 (PyTorch's built-in wrong): a pinned clone copied into an input ----
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_a_pinned_clone_copied_into_an_input(fuzz_strategy):
+    # Note [A buffer copied into an input is the input]: the clone ``m2(b, b, b)`` keeps for
+    # its aliased arguments is contiguous and pinned (an ``as_strided`` of the ``clone``), and
+    # copied into ``b`` at the end; reading its source off the pin as off a span copy raised
+    # IndexError in the first form of the repair
+    program = fuzz.program_for(20261926, 16)
+    assert "ops.m2(b, b, b)" in program.source()
+    failure = fuzz.check(program, fuzz_strategy, "inductor")
+    assert failure is None, str(failure)

@@ -26,7 +26,7 @@ from ...passes.walks import users_through_views, view_root, view_walk
 from ...symbolic import contiguous_or_false, nbytes_hint, overlaps_itself
 from .constants import rematerialize_constant_reads
 from .copy_backs import copy_backs_where_computed
-from .input_buffers import inputs_as_buffers
+from .input_buffers import inputs_as_buffers, scatters_into_inputs
 from .evaluation import (
     LATE_READS,
     computed_where_taken,
@@ -89,9 +89,9 @@ class InductorPolicy(Policy):
         return (*REPAIRS_BEFORE, copy_backs_where_computed, rematerialize_constant_reads)
 
     def repairs_after(self) -> Sequence[Callable[[Pass], Any]]:
-        # Note [A buffer copied into an input is the input] in input_buffers.py first: the
-        # repairs after it see the input where the buffer was
-        return (inputs_as_buffers, *REPAIRS_AFTER)
+        # Notes [A buffer copied into an input is the input], [A scatter into an input
+        # written in place] in input_buffers.py first: the repairs after them see the input
+        return (inputs_as_buffers, scatters_into_inputs, *REPAIRS_AFTER)
 
     # -- realize: Notes [Lazy reads computed before the call], [Reads moved back before the
     # call] in lazy_reads.py ---------------------------------------------------------------------
