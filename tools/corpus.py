@@ -1742,3 +1742,37 @@ def scatter_into_a_view_of_a_written_input(a):
     add_(a, a)
     a.unsqueeze(0).diagonal(1, 1, 3).mul_(0.5)
     return ()
+
+
+@program(
+    lambda: (torch.randn(2, 6, 5, dtype=torch.float64), torch.randn(2, dtype=torch.float64)),
+    "add_(a, b); v = a.unfold(2, 4, 5); a.mul_(2); return v.as_strided([4, 1, 4], [2, 8, 8], "
+    "12): an output of an input's view, regenerated from the input",
+    # measured on this CPU (b.sum()); 488 B with the output a view of a's new value, computed
+    # into a buffer of its own (eager 16 B)
+    necessary_bytes=8,
+)
+def regenerated_view_of_a_written_input(a, b):
+    # Note [Regenerated outputs taken from the input]: the output viewed a's new value, which
+    # Inductor computed into a buffer of its own for it (fuzz seed 20261927 #166, shrunk: 96 B
+    # over the built-in)
+    add_(a, b.sum())
+    v = a.unfold(2, 4, 5)
+    a.mul_(2.0)
+    return (v.as_strided([4, 1, 4], [2, 8, 8], 12),)
+
+
+@program(
+    lambda: (),
+    "r = zeros(2, 6, 5).cumsum(0); v3, v4 = r.split([1, 1]); return ret_after_write(v4, ...): "
+    "a view of a value that overlaps itself, written and read nowhere else",
+)
+def overlapping_value_written_through_a_view(*_):
+    # Note [A write no one reads]: Inductor's patterns make the cumsum of zeros an expanded
+    # iota, which the pass clones densely; the pin of that clone made Inductor compute all of
+    # it, where the op takes one slice (fuzz seed 20261927 #150, shrunk: 240 B over the
+    # built-in)
+    t0 = torch.zeros((2, 6, 5), dtype=torch.float64)
+    r2 = t0.cumsum(0)
+    v3, v4 = r2.split([1, 1], 0)
+    return (ret_after_write(v4, t0),)

@@ -139,6 +139,11 @@ class Policy:
         )
         return CloneKind.SPAN if zero else CloneKind.EMPTY_COPY
 
+    def copy_for(self, q: Query) -> CloneKind:
+        """The copy of the buffer the rules decided to clone (``q``): ``copy`` of it, unless
+        the query tells the backend more."""
+        return self.copy(q.ctx, q.buf.node, q.buf, q.m)
+
     def pin_source(self, ctx: Pass, node: fx.Node, call: fx.Node) -> bool:
         """Whether the copy of ``node`` kept for ``call`` reads a pinned alias of ``node``
         (``pin_layout``) rather than ``node`` itself, so the backend stores ``node`` once for the

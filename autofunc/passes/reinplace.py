@@ -351,7 +351,7 @@ def plan_buffer(
     # how the buffer is handed to the op is the policy's (Note [Clones for Inductor])
     if decision:
         return Plan(buf, decision, ruling.realize, pin=ctx.policy.pin(q))
-    kind = ctx.policy.copy(ctx, buf.node, buf, m)
+    kind = ctx.policy.copy_for(q)
     if ctx.policy.pin_source(ctx, buf.node, node):
         kind = kind.of_pinned_source()
     return Plan(buf, decision, clone=kind)

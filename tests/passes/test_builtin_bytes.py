@@ -42,12 +42,14 @@ FOUND = [
     "input_scaled_then_its_view_written",
     "scatter_into_a_strided_input_written",
     "scatter_into_a_view_of_a_written_input",  # Note [A scatter into an input written in place]
+    "regenerated_view_of_a_written_input",  # Note [Regenerated outputs taken from the input]
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
 CLONED += ["returned_read_before_a_smaller_write"]  # Note [Values alive across the call]
 CLONED += ["lazy_source_read_after_its_clone"]  # Note [A lazy source read after its clone]
 CLONED += ["clone_taken_through_a_view"]  # Note [A clone the op takes through views]
+CLONED += ["overlapping_value_written_through_a_view"]  # Note [A write no one reads]
 # Fuzz programs kept as drawn (seed, index): one object passed as two arguments of a call, the
 # second a fresh alias Inductor runs as an extern kernel (Note [Arguments keep their identity]);
 # a dtype view to the same element size as an extern kernel, whose output Inductor's planner
@@ -113,6 +115,9 @@ FUZZ += [(20261917, 231), (20261922, 157)]
 # a scatter into a view of a strided input, copied back at the end (Note [A scatter into an
 # input written in place]: 480 B over before)
 FUZZ += [(20261925, 69)]
+# an output regenerated from an input, a view of the value copied into it (Note [Regenerated
+# outputs taken from the input]: 96 B over before)
+FUZZ += [(20261927, 166)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

@@ -4,8 +4,10 @@ rewrite (``InductorPolicy.repairs_after``, Note [Pipeline] step 5 in ``reinplace
 ``inputs_as_buffers(ctx)`` finds a buffer the rewritten graph computes, has calls write in
 place and copies into a graph input at the end (AOTAutograd's epilogue ``copy_``), and makes the
 input that buffer: the copy moves to where the buffer is made, every later use of the buffer
-takes the input. Reads the graph's order, node kinds and fake values; records each kept clone
-it replaces in ``Pass.into_inputs`` for the report.
+takes the input. ``regenerated_outputs_of_inputs(ctx)`` takes the outputs AOTAutograd
+regenerates from an input as views of that input rather than of the value copied into it.
+Both read the graph's order, node kinds and fake values; the first records each kept clone it
+replaces in ``Pass.into_inputs`` for the report. Also the helpers ``input_scatters.py`` shares.
 """
 
 from __future__ import annotations
@@ -15,16 +17,24 @@ import dataclasses
 import torch
 from torch import fx
 
-from ...passes.copies import CopyKind, copy_tag, set_copy_tag
-from ...passes.emit import emit
-from ...passes.memory_ops import SCATTER_VIEWS, VIEW_OPS
+from ...passes.copies import copy_tag
+from ...passes.memory_ops import VIEW_OPS
+from ...passes.facts import flat_outputs
 from ...passes.walks import input_copies, view_root
 from ...regions import contains, region_of, same_geometry
 from ...symbolic import known
 from .copy_backs import in_memory_of, read_after, shares_memory_with_another
 from .ops import FRESH_ALIAS
 
-__all__ = ["inputs_as_buffers", "scatters_into_inputs"]
+__all__ = [
+    "LAYOUT_FREE",
+    "VIEW_ATEN",
+    "erase_unused",
+    "inputs_as_buffers",
+    "regenerated_only",
+    "regenerated_outputs_of_inputs",
+    "uses_through_aliases",
+]
 
 _aten = torch.ops.aten
 
@@ -32,7 +42,7 @@ _aten = torch.ops.aten
 _ALIASES = VIEW_OPS | {FRESH_ALIAS}
 # Views that pick the same elements of a tensor whatever its strides: the ops a buffer's uses
 # may take it through when the input taking its place is laid out otherwise.
-_LAYOUT_FREE = frozenset(
+LAYOUT_FREE = frozenset(
     {
         FRESH_ALIAS,
         _aten.alias.default,
@@ -47,6 +57,9 @@ _LAYOUT_FREE = frozenset(
         _aten.unsqueeze.default,
     }
 )
+
+# The ATen view ops (not ``getitem`` of a split), which run on a fake value as they stand.
+VIEW_ATEN = frozenset(t for t in VIEW_OPS if isinstance(t, torch._ops.OpOverload))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +99,7 @@ def inputs_as_buffers(ctx) -> None:
     nor a view of it (it would get ``x``'s; an output AOTAutograd regenerates from the input is
     the input's anyway), and ``x`` and ``v`` have one geometry, or the same sizes and dtype with
     every use of ``v`` taking it through views that pick the same elements whatever the strides
-    (``_LAYOUT_FREE``; an ``as_strided`` or a shape ``view`` depends on them). The span's other
+    (``LAYOUT_FREE``; an ``as_strided`` or a shape ``view`` depends on them). The span's other
     views address ``x``'s storage as they addressed the span's: one geometry, ``x`` at offset
     0, each inside the clone's elements.
     It pays only where calls are all that use ``v`` (through views): a node reading ``v`` after
@@ -106,7 +119,7 @@ def inputs_as_buffers(ctx) -> None:
             or copy is buf.anchor.next
             or not _only_calls_use(buf, copy)
             or any(
-                u > copy and u.op != "output" and not _regenerated(u, returned)
+                u > copy and u.op != "output" and not regenerated_only(u, returned)
                 for a in buf.aliases
                 for u in a.users
             )
@@ -116,7 +129,7 @@ def inputs_as_buffers(ctx) -> None:
         ):
             continue
         memory = in_memory_of(dst)
-        late = {n for n in memory - {copy} if n > buf.anchor and not _regenerated(n, returned)}
+        late = {n for n in memory - {copy} if n > buf.anchor and not regenerated_only(n, returned)}
         if late or read_after(memory, buf.anchor, copy, returned):
             continue
         cloned = _cloned(copy.args[1])
@@ -135,7 +148,7 @@ def _rewrite(buf: _Buffer, copy: fx.Node, dst: fx.Node) -> None:
     for view in buf.span_views:
         view.replace_input_with(view.args[0], dst)
     for alias in sorted(buf.aliases, reverse=True):
-        _erase_unused(alias)
+        erase_unused(alias)
 
 
 def _buffer_made(src: object) -> _Buffer | None:
@@ -174,7 +187,7 @@ def _own_memory(node: object) -> bool:
     return not schema.is_mutable and not any(r.alias_info for r in schema.returns)
 
 
-def _uses(node: fx.Node) -> list[fx.Node]:
+def uses_through_aliases(node: fx.Node) -> list[fx.Node]:
     """The nodes that use ``node`` or an alias of it (``_ALIASES``), the aliases included."""
     out, todo, seen = [], [node], {node}
     while todo:
@@ -193,7 +206,7 @@ def _only_calls_use(buf: _Buffer, copy: fx.Node) -> bool:
     ends = [
         u
         for a in (*buf.aliases, *buf.span_views)
-        for u in _uses(a)
+        for u in uses_through_aliases(a)
         if u is not copy
         and u not in buf.aliases
         and u.target not in _ALIASES
@@ -206,13 +219,13 @@ def _only_calls_use(buf: _Buffer, copy: fx.Node) -> bool:
 
 def _takes_the_place(dst: fx.Node, src: fx.Node, returned: set[fx.Node]) -> bool:
     """Whether the input ``dst`` can stand for ``src`` in every use of ``src``: one geometry,
-    or the same sizes and dtype with ``src`` taken only through ``_LAYOUT_FREE`` views (and
+    or the same sizes and dtype with ``src`` taken only through ``LAYOUT_FREE`` views (and
     pins); and the caller gets the memory of neither ``src`` nor a view of it (``returned``:
     ``Pass.outputs``)."""
     mine, theirs = dst.meta.get("val"), src.meta.get("val")
     if not isinstance(mine, torch.Tensor) or not isinstance(theirs, torch.Tensor):
         return False
-    uses = _uses(src)
+    uses = uses_through_aliases(src)
     if src in returned or any(u in returned for u in uses) or mine.dtype != theirs.dtype:
         return False
     if same_geometry(mine, theirs):
@@ -223,7 +236,7 @@ def _takes_the_place(dst: fx.Node, src: fx.Node, returned: set[fx.Node]) -> bool
         return False
     # the pins of a buffer are dropped (the input is laid out already: ``pin_layout``)
     views = (u for u in uses if u.target in _ALIASES and not u.meta.get("autofunc.pin"))
-    return all(u.target in _LAYOUT_FREE for u in views)
+    return all(u.target in LAYOUT_FREE for u in views)
 
 
 def _span_views_fit(dst: fx.Node, buf: _Buffer, returned: set[fx.Node]) -> bool:
@@ -252,20 +265,20 @@ def _span_views_fit(dst: fx.Node, buf: _Buffer, returned: set[fx.Node]) -> bool:
             or not isinstance(val, torch.Tensor)
             or not contains(inside, region_of(val, flat))
             or view in returned
-            or any(u in returned for u in _uses(view))
+            or any(u in returned for u in uses_through_aliases(view))
         ):
             return False
     return True
 
 
-def _regenerated(node: fx.Node, returned: set[fx.Node]) -> bool:
+def regenerated_only(node: fx.Node, returned: set[fx.Node]) -> bool:
     """Whether ``node`` is a view whose only uses, through views, are outputs the caller does
     not get the memory of (not ``returned``: AOTAutograd regenerates them from the input)."""
     if node.target not in VIEW_OPS or node in returned:
         return False
     return all(
         u.op == "output" or (u.target in VIEW_OPS and u not in returned)
-        for u in _uses(node)
+        for u in uses_through_aliases(node)
     )
 
 
@@ -291,7 +304,7 @@ def _cloned(src: fx.Node) -> tuple[str, str] | None:
     return None
 
 
-def _erase_unused(node: fx.Node) -> None:
+def erase_unused(node: fx.Node) -> None:
     """Erase ``node`` if nothing uses it, then each input of it left unused that the pass
     made for it (views, pins, the span copy's scatter and zeros: ops with no side effect)."""
     todo = [node]
@@ -306,159 +319,48 @@ def _erase_unused(node: fx.Node) -> None:
         todo.extend(inputs)
 
 
-# Scatter -> the view it writes: those whose view addresses its input's memory the way the
-# scatter's result addresses its own (``as_strided_scatter`` takes absolute offsets).
-_SCATTERS = {t: v for t, v in SCATTER_VIEWS.items() if t != _aten.as_strided_scatter.default}
+def regenerated_outputs_of_inputs(ctx) -> None:
+    """Take each output AOTAutograd regenerates from an input, where it is a chain of views of
+    the value the graph copies into that input, as the same views of the input.
 
-
-def scatters_into_inputs(ctx) -> None:
-    """Where the graph copies into the input ``x``, at the end, a scatter into a view of ``x``
-    read back into ``x``'s geometry, write the scattered value into that view of ``x`` where the
-    scatter stands instead.
-
-    Note [A scatter into an input written in place]
-    ``a.unsqueeze(0).diagonal(1, 1, 3).mul_(0.5)`` after a call that writes ``a`` in place
-    (fuzz seed 20261925 #69, on a strided ``a``) reaches Inductor as ``s = diagonal_scatter(
-    a.unsqueeze(0), m, 1, 1, 3); copy_(a, s.squeeze(0))``. Inductor re-inplaces a scatter into
-    a view of a graph input only where the scatter's recorded layout is the view's, and ``s``'s
-    is dense where ``a`` is strided: it computes ``s`` into a buffer of its own and copies it
-    into ``a`` (480 B over PyTorch's built-in, whose scatter reads the call's functional value,
-    which Inductor re-inplaces). Eager writes ``m`` into ``a``'s diagonal, and so does
-    ``copy_(a.unsqueeze(0).diagonal(1, 1, 3), m)`` where the scatter stood.
-
-    Sound where the copy's source is the scatter read back through views that undo the views
-    taking ``x`` to the scatter's input (``_undone``: the two chains, run on ``x``'s fake value,
-    give ``x``'s geometry), nothing but the next of that chain uses one of its nodes (outputs
-    AOTAutograd regenerates from ``x`` aside: they take the scatter's input, or ``x`` for the
-    last view, which hold the same values once the scatter is written), and, after the
-    scatter, nothing but the copy uses a value that may be ``x``'s memory and no read of
-    ``x``'s old memory is pending: ``x`` then holds, outside the view, what the scatter read
-    there, and inside it the scattered value, from the scatter's place to the end, as the copy
-    would have left it. A scatter whose value is a scatter into the same view (``kv[1, 0]``
-    written through ``kv[1]``) is one write of the innermost value. A scatter into ``x`` itself
-    is left as it is: Inductor writes it into ``x`` where it stands.
+    Note [Regenerated outputs taken from the input]
+    ``m1(a, b); v = a.unfold(2, 4, 5); a.mul_(2.0); return v.as_strided([4, 1, 4], [2, 8, 8],
+    12)`` reaches the pass as ``m = a * 2; copy_(a, m); return as_strided(m, ...)``: the output
+    views ``m``, so Inductor computes ``m`` into a buffer of its own for it and copies that
+    into ``a`` (fuzz seed 20261927 #166: 96 B over PyTorch's built-in, which computes the
+    smaller ``unfold`` instead). The output aliases ``a`` in eager, so AOTAutograd takes only
+    its size, strides and offset from the graph and replays the view on ``a`` (Note [Outputs
+    AOTAutograd regenerates from inputs] in passes/facts.py). The same views of ``a``, which
+    holds ``m``'s value from the copy on, have that geometry where ``a`` and ``m`` have one
+    (``as_strided`` takes absolute offsets), and cost nothing: ``m`` is then computed into
+    ``a`` alone.
     """
+    if not ctx.regenerated:
+        return
     graph = ctx.gm.graph
-    inputs, returned = graph.find_nodes(op="placeholder"), set(ctx.outputs)
-    for dst, copies in input_copies(graph).items():
-        copy = copies[-1]
-        chain = _read_back(copy, returned) if len(copies) == 1 else None
-        if chain is None or shares_memory_with_another(dst, inputs):
+    flat = flat_outputs(graph.output_node())
+    sources = {
+        copies[0].args[1]: dst
+        for dst, copies in input_copies(graph).items()
+        if len(copies) == 1 and isinstance(copies[0].args[1], fx.Node)
+    }
+    for i in sorted(ctx.regenerated):
+        chain, node = [], flat[i] if flat is not None and i < len(flat) else None
+        while isinstance(node, fx.Node) and node not in sources and node.target in VIEW_ATEN:
+            chain.append(node)
+            node = node.args[0]
+        dst = sources.get(node) if isinstance(node, fx.Node) else None
+        if dst is None or not chain or not _one_geometry(dst, node):
             continue
-        scatter, gone = chain[0], set(chain)
-        # a scatter into the input itself Inductor re-inplaces as it stands (so does it a
-        # scatter of a scatter into it: ``kv[1, 0].mul_(2)``)
-        if scatter.args[0] is dst or not _undone(dst, scatter.args[0], chain[1:]):
-            continue
-        # views only outputs AOTAutograd regenerates take read nothing
-        memory = {n for n in in_memory_of(dst) - gone - {copy} if not _regenerated(n, returned)}
-        if any(n > scatter for n in memory) or read_after(memory, scatter, copy, returned):
-            continue
-        view, value, anchor = scatter.args[0], scatter, scatter
-        while True:  # a scatter of a scatter into the same view: one write, the innermost's
-            with graph.inserting_after(anchor):
-                view = emit(ctx, _SCATTERS[value.target], (view, *value.args[2:]))
-            anchor, value = view, value.args[1]
-            if not _scatter_into(value, view):
-                break
-            gone.add(value)
-        with graph.inserting_after(anchor):
-            write = emit(ctx, _aten.copy_.default, (view, value))
-        set_copy_tag(write, copy_tag(copy) or (CopyKind.OTHER, ""))  # the copy it replaces
-        # outputs AOTAutograd regenerates from the input: views of what is written in place
-        for n in {chain[0], chain[-1]}:
-            n.replace_all_uses_with(_instead(chain, n, copy), lambda u: u not in gone | {copy})
-        graph.erase_node(copy)
-        _erase_unused(chain[-1])
+        if all(len(n.users) == 1 for n in chain):  # the output's views alone
+            chain[-1].replace_input_with(node, dst)
 
 
-def _read_back(copy: fx.Node, returned: set[fx.Node]) -> list[fx.Node] | None:
-    """``[scatter, *views]``: the scatter the copy's source reads through a chain of views,
-    each used by the next (the last by the copy) and otherwise, the scatter alone, only by
-    outputs the caller does not get the memory of (``_regenerated``); or ``None``."""
-    chain: list[fx.Node] = []
-    node = copy.args[1]
-    while isinstance(node, fx.Node) and node.target in _VIEW_ATEN:
-        chain.append(node)
-        node = node.args[0]
-    if not isinstance(node, fx.Node) or node.target not in _SCATTERS:
-        return None
-    chain.append(node)
-    chain.reverse()
-    for n, user in zip(chain, (*chain[1:], copy)):
-        others = [u for u in n.users if u is not user]
-        instead = _instead(chain, n, copy)
-        if others and (
-            instead is None or not all(_regenerated_use(u, n, instead, returned) for u in others)
-        ):
-            return None
-    return chain
-
-
-def _instead(chain: list[fx.Node], node: fx.Node, copy: fx.Node) -> fx.Node | None:
-    """What holds ``node``'s values once the scatter is written in place: the scatter's input
-    for the scatter, the input for the chain's last view (the input's geometry, ``_undone``)."""
-    if node is chain[-1]:
-        return copy.args[0]
-    return node.args[0] if node is chain[0] else None
-
-
-def _regenerated_use(
-    user: fx.Node, node: fx.Node, instead: fx.Node, returned: set[fx.Node]
-) -> bool:
-    """Whether ``user`` takes ``node`` only for outputs the caller does not get the memory of
-    (the output, at positions not ``returned``, or a view ``_regenerated``), through views that
-    may take ``instead`` in its place: any where the two have one geometry, else those that
-    pick the same elements whatever the strides."""
-    if user.op == "output":
-        return node not in returned
-    if not _regenerated(user, returned):
-        return False
-    base, val = instead.meta.get("val"), node.meta.get("val")
-    if isinstance(base, torch.Tensor) and isinstance(val, torch.Tensor):
-        if same_geometry(base, val):
-            return True
-    free = _LAYOUT_FREE | {_aten.unfold.default, _aten.expand.default}
-    return all(u.op == "output" or u.target in free for u in (user, *_uses(user)))
-
-
-_VIEW_ATEN = frozenset(t for t in VIEW_OPS if isinstance(t, torch._ops.OpOverload))
-
-
-def _scatter_into(value: object, view: fx.Node) -> bool:
-    """Whether ``value`` is a scatter, used only by the scatter it is scattered into, into a
-    view that takes the same elements of the same node as ``view`` (and used by it alone)."""
-    if not isinstance(value, fx.Node) or value.target not in _SCATTERS or len(value.users) != 1:
-        return False
-    base = value.args[0]
+def _one_geometry(a: fx.Node, b: fx.Node) -> bool:
+    x, y = a.meta.get("val"), b.meta.get("val")
     return (
-        isinstance(base, fx.Node)
-        and len(base.users) == 1
-        and base.target == view.target
-        and base.args == view.args
-        and base.kwargs == view.kwargs
+        isinstance(x, torch.Tensor)
+        and isinstance(y, torch.Tensor)
+        and x.dtype == y.dtype
+        and same_geometry(x, y)
     )
-
-
-def _undone(dst: fx.Node, base: object, back: list[fx.Node]) -> bool:
-    """Whether ``base`` is a chain of views of ``dst`` that the views ``back`` undo: run on
-    ``dst``'s fake value, the two chains give ``dst``'s geometry (only constant arguments)."""
-    forward: list[fx.Node] = []
-    node = base
-    while node is not dst:
-        if not isinstance(node, fx.Node) or node.target not in _VIEW_ATEN:
-            return False
-        forward.append(node)
-        node = node.args[0]
-    val = dst.meta.get("val")
-    if not isinstance(val, torch.Tensor):
-        return False
-    out = val
-    for n in (*reversed(forward), *back):
-        if any(isinstance(a, fx.Node) for a in (*n.args[1:], *n.kwargs.values())):
-            return False
-        try:
-            out = n.target(out, *n.args[1:], **n.kwargs)
-        except Exception:  # noqa: BLE001 - a view the fake value does not take: not undone
-            return False
-    return isinstance(out, torch.Tensor) and out.dtype == val.dtype and same_geometry(out, val)

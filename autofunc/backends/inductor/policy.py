@@ -26,7 +26,8 @@ from ...passes.walks import users_through_views, view_root, view_walk
 from ...symbolic import contiguous_or_false, nbytes_hint, overlaps_itself
 from .constants import rematerialize_constant_reads
 from .copy_backs import copy_backs_where_computed
-from .input_buffers import inputs_as_buffers, scatters_into_inputs
+from .input_buffers import inputs_as_buffers, regenerated_outputs_of_inputs
+from .input_scatters import scatters_into_inputs
 from .evaluation import (
     LATE_READS,
     computed_where_taken,
@@ -89,9 +90,15 @@ class InductorPolicy(Policy):
         return (*REPAIRS_BEFORE, copy_backs_where_computed, rematerialize_constant_reads)
 
     def repairs_after(self) -> Sequence[Callable[[Pass], Any]]:
-        # Notes [A buffer copied into an input is the input], [A scatter into an input
-        # written in place] in input_buffers.py first: the repairs after them see the input
-        return (inputs_as_buffers, scatters_into_inputs, *REPAIRS_AFTER)
+        # Notes [A buffer copied into an input is the input] (input_buffers.py), [A scatter
+        # into an input written in place] (input_scatters.py) first: the repairs after them
+        # see the input
+        return (
+            inputs_as_buffers,
+            scatters_into_inputs,
+            regenerated_outputs_of_inputs,  # Note [Regenerated outputs taken from the input]
+            *REPAIRS_AFTER,
+        )
 
     # -- realize: Notes [Lazy reads computed before the call], [Reads moved back before the
     # call] in lazy_reads.py ---------------------------------------------------------------------
@@ -176,6 +183,20 @@ class InductorPolicy(Policy):
         if direct and not aliased and node.op == "call_function" and node.target in VIEW_OPS:
             return CloneKind.EMPTY_COPY
         return CloneKind.SPAN
+
+    def copy_for(self, q: Query) -> CloneKind:
+        """``copy`` for the buffer ``q`` decided to clone; a clone pinned only because the op
+        takes it through views is not pinned where no one reads what the call writes into it
+        (Note [A write no one reads]: Inductor then computes the views' elements alone, as for
+        a buffer written in place; fuzz seed 20261927 #150, a slice of an expanded ``iota``
+        cloned whole: 240 B over PyTorch's built-in)."""
+        kind = self.copy(q.ctx, q.buf.node, q.buf, q.m)
+        if kind is not CloneKind.DENSE_PINNED or self._aliased(q.ctx, q.buf, q.m):
+            return kind
+        if not _write_unobserved(q):
+            return kind
+        val = q.buf.node.meta["val"]
+        return CloneKind.DENSE if overlaps_itself(val) else CloneKind.CLONE
 
     def pin_source(self, ctx: Pass, node: fx.Node, call: fx.Node) -> bool:
         # Note [A lazy source read after its clone]
