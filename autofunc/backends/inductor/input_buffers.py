@@ -242,7 +242,7 @@ def _takes_the_place(dst: fx.Node, src: fx.Node, returned: set[fx.Node]) -> bool
 def _span_views_fit(dst: fx.Node, buf: _Buffer, returned: set[fx.Node]) -> bool:
     """Whether each other view of the span copy addresses ``dst``'s storage as it addresses the
     span's: ``dst`` at offset 0 in the clone's geometry, the view an ``as_strided`` inside the
-    clone's elements, its memory not the caller's."""
+    clone's elements, used after the clone is made, its memory not the caller's."""
     if not buf.span_views:
         return True
     (clone,) = buf.aliases
@@ -265,7 +265,8 @@ def _span_views_fit(dst: fx.Node, buf: _Buffer, returned: set[fx.Node]) -> bool:
             or not isinstance(val, torch.Tensor)
             or not contains(inside, region_of(val, flat))
             or view in returned
-            or any(u in returned for u in uses_through_aliases(view))
+            # used where the input holds the clone's value: after the copy moved there
+            or any(u in returned or u < buf.anchor for u in uses_through_aliases(view))
         ):
             return False
     return True

@@ -75,13 +75,18 @@ def scatters_into_inputs(ctx) -> None:
         if scatter.args[0] is dst or not _undone(dst, scatter.args[0], chain[1:]):
             continue
         # views only outputs AOTAutograd regenerates take read nothing
-        memory = {n for n in in_memory_of(dst) - gone - {copy} if not regenerated_only(n, returned)}
+        memory = {
+            n for n in in_memory_of(dst) - gone - {copy} if not regenerated_only(n, returned)
+        }
         if any(n > scatter for n in memory) or read_after(memory, scatter, copy, returned):
             continue
         view, value, anchor = scatter.args[0], scatter, scatter
         while True:  # a scatter of a scatter into the same view: one write, the innermost's
             with graph.inserting_after(anchor):
-                view = emit(ctx, _SCATTERS[value.target], (view, *value.args[2:]))
+                # a scatter's arguments after its source are its view's, by the same names
+                view = emit(
+                    ctx, _SCATTERS[value.target], (view, *value.args[2:]), dict(value.kwargs)
+                )
             anchor, value = view, value.args[1]
             if not _scatter_into(value, view):
                 break
