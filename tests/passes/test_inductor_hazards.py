@@ -1445,3 +1445,18 @@ def test_a_pinned_clone_copied_into_an_input(fuzz_strategy):
     assert "ops.m2(b, b, b)" in program.source()
     failure = fuzz.check(program, fuzz_strategy, "inductor")
     assert failure is None, str(failure)
+
+
+# -- fuzz seed 20261928 #55: an input written by a native op, then taken whole by calls -------
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_an_input_a_call_takes_whole_is_not_made_the_buffer(fuzz_strategy):
+    # Note [A buffer copied into an input is the input]: ``b.mul_(-1); mcache(b, ...);
+    # mlist(v, [v, b, b])`` with ``v`` a view of ``b``: making ``b`` the buffer of ``b * -1``
+    # had Inductor hand the calls a buffer of its own for ``b`` and copy each list argument
+    # apart, so ``mlist`` saw its written argument share no memory with the others
+    program = fuzz.program_for(20261928, 55)
+    assert "ops.mlist(v1, [v1, b, b])" in program.source()
+    failure = fuzz.check(program, fuzz_strategy, "inductor")
+    assert failure is None, str(failure)

@@ -107,7 +107,12 @@ def inputs_as_buffers(ctx) -> None:
     ahead of the nodes between them, and plans its buffers otherwise (fuzz seed 20261921 #1,
     ``b.mul_(0.5); r = b.cumsum(2); t = b.permute(2, 0, 1) * 1``, no call writing ``b``'s new
     value: 480 B more). Never more memory otherwise: ``v``'s buffer, where it is still made, is
-    freed at the copy, not at the end.
+    freed at the copy, not at the end. And the calls take views of ``v``, never ``v`` itself:
+    Inductor hands an extern kernel an input a ``copy_`` has just written as a buffer of its
+    own, copied into the input at the end, so calls taking the input whole no longer share its
+    memory (fuzz seed 20261928 #55: ``b.mul_(-1); mcache(b, ...); mlist(v, [v, b, b])`` lost
+    the aliasing of ``mlist``'s arguments; 20261917 #231 whole, whose second call takes the
+    buffer whole, keeps its 24 B).
     """
     graph = ctx.gm.graph
     inputs, returned = graph.find_nodes(op="placeholder"), set(ctx.outputs)
@@ -202,7 +207,7 @@ def uses_through_aliases(node: fx.Node) -> list[fx.Node]:
 
 def _only_calls_use(buf: _Buffer, copy: fx.Node) -> bool:
     """Whether the buffer's uses, through aliases, are the copy and calls of mutable ops, one
-    at least (the Note: a node reading it otherwise may cost memory)."""
+    at least (the Note: a node reading it otherwise may cost memory), each through a view."""
     ends = [
         u
         for a in (*buf.aliases, *buf.span_views)
@@ -212,8 +217,16 @@ def _only_calls_use(buf: _Buffer, copy: fx.Node) -> bool:
         and u.target not in _ALIASES
         and u.op != "output"  # what the caller gets: ``_takes_the_place``
     ]
-    return bool(ends) and all(
+    if not ends or not all(
         isinstance(u.target, torch._ops.OpOverload) and u.target._schema.is_mutable for u in ends
+    ):
+        return False
+    # views of it, never the buffer itself (the Note: Inductor copies an input just written
+    # for an extern kernel taking it whole)
+    return all(
+        u is copy or u in buf.aliases or u.op == "output" or u.target in VIEW_ATEN
+        for a in buf.aliases
+        for u in a.users
     )
 
 
