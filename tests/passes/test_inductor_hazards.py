@@ -1432,31 +1432,28 @@ def test_a_value_a_call_writes_is_no_pending_read_of_its_input(fuzz_strategy):
     assert report.bytes_cloned == 0, report
 
 
-# -- fuzz seed 20261926 #16 (PyTorch's built-in wrong): a pinned clone copied into an input ----
+
+# -- programs the fuzzer found against Note [A buffer copied into an input is the input] -----
+
+# (seed, index, the call the program must hold)
+INPUTS_AS_BUFFERS = [
+    # PyTorch's built-in wrong: the clone ``m2(b, b, b)`` keeps for its aliased arguments is
+    # contiguous and pinned (an ``as_strided`` of the ``clone``) and copied into ``b`` at the
+    # end; reading its source off the pin as off a span copy raised IndexError in the first
+    # form of the repair
+    (20261926, 16, "ops.m2(b, b, b)"),
+    # the built-in right: ``b.mul_(-1); mcache(b, ...); mlist(v, [v, b, b])``, ``v`` a view of
+    # ``b``: making ``b`` the buffer of ``b * -1`` had Inductor hand the calls a buffer of its
+    # own for ``b`` and copy each list argument apart, so ``mlist`` saw its written argument
+    # share no memory with the others
+    (20261928, 55, "ops.mlist(v1, [v1, b, b])"),
+]
 
 
 @pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
-def test_a_pinned_clone_copied_into_an_input(fuzz_strategy):
-    # Note [A buffer copied into an input is the input]: the clone ``m2(b, b, b)`` keeps for
-    # its aliased arguments is contiguous and pinned (an ``as_strided`` of the ``clone``), and
-    # copied into ``b`` at the end; reading its source off the pin as off a span copy raised
-    # IndexError in the first form of the repair
-    program = fuzz.program_for(20261926, 16)
-    assert "ops.m2(b, b, b)" in program.source()
-    failure = fuzz.check(program, fuzz_strategy, "inductor")
-    assert failure is None, str(failure)
-
-
-# -- fuzz seed 20261928 #55: an input written by a native op, then taken whole by calls -------
-
-
-@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
-def test_an_input_a_call_takes_whole_is_not_made_the_buffer(fuzz_strategy):
-    # Note [A buffer copied into an input is the input]: ``b.mul_(-1); mcache(b, ...);
-    # mlist(v, [v, b, b])`` with ``v`` a view of ``b``: making ``b`` the buffer of ``b * -1``
-    # had Inductor hand the calls a buffer of its own for ``b`` and copy each list argument
-    # apart, so ``mlist`` saw its written argument share no memory with the others
-    program = fuzz.program_for(20261928, 55)
-    assert "ops.mlist(v1, [v1, b, b])" in program.source()
+@pytest.mark.parametrize("seed, index, call", INPUTS_AS_BUFFERS)
+def test_inputs_as_buffers_on_fuzz_programs(seed, index, call, fuzz_strategy):
+    program = fuzz.program_for(seed, index)
+    assert call in program.source()
     failure = fuzz.check(program, fuzz_strategy, "inductor")
     assert failure is None, str(failure)
