@@ -62,9 +62,9 @@ def view_root(node: Any, through: Container[Any] = VIEW_OPS) -> Any:
     return root
 
 
-def users_through_views(node: fx.Node) -> list[fx.Node]:
-    """The nodes that use ``node`` or a chain of views of it (the views themselves included),
-    each once."""
+def users_through_views(node: fx.Node, through: Container[Any] = VIEW_OPS) -> list[fx.Node]:
+    """The nodes that use ``node`` or a chain of views ``through`` of it (the views themselves
+    included), each once."""
     out, todo, seen = [], [node], {node}
     while todo:
         for user in todo.pop().users:
@@ -72,7 +72,7 @@ def users_through_views(node: fx.Node) -> list[fx.Node]:
                 continue
             seen.add(user)
             out.append(user)
-            if user.op == "call_function" and user.target in VIEW_OPS:
+            if user.op == "call_function" and user.target in through:
                 todo.append(user)
     return out
 

@@ -11,6 +11,7 @@ kinds; no Inductor configuration.
 from __future__ import annotations
 
 import operator
+
 import torch
 from torch import fx
 
@@ -161,4 +162,3 @@ def shares_memory_with_another(node: fx.Node, inputs: list[fx.Node]) -> bool:
         for other in inputs
         if other is not node
     )
-

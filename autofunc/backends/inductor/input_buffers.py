@@ -20,26 +20,27 @@ from torch import fx
 from ...passes.copies import copy_tag
 from ...passes.memory_ops import VIEW_OPS
 from ...passes.facts import flat_outputs
-from ...passes.walks import input_copies, view_root
+from ...passes.walks import input_copies, users_through_views, view_root
 from ...regions import contains, region_of, same_geometry
 from ...symbolic import known
 from .copy_backs import in_memory_of, read_after, shares_memory_with_another
 from .ops import FRESH_ALIAS
 
 __all__ = [
+    "ALIASES",
     "LAYOUT_FREE",
     "VIEW_ATEN",
     "erase_unused",
+    "one_layout",
     "inputs_as_buffers",
     "regenerated_only",
     "regenerated_outputs_of_inputs",
-    "uses_through_aliases",
 ]
 
 _aten = torch.ops.aten
 
 # What takes a tensor's memory as it is: views, and the pass's fresh alias of an argument.
-_ALIASES = VIEW_OPS | {FRESH_ALIAS}
+ALIASES = VIEW_OPS | {FRESH_ALIAS}
 # Views that pick the same elements of a tensor whatever its strides: the ops a buffer's uses
 # may take it through when the input taking its place is laid out otherwise.
 LAYOUT_FREE = frozenset(
@@ -177,6 +178,17 @@ def _buffer_made(src: object) -> _Buffer | None:
     return _Buffer(own, own, frozenset({own, *pins}))
 
 
+def one_layout(x: object, y: object) -> bool:
+    """Whether the fake values ``x`` and ``y`` are tensors of one dtype and one geometry (size,
+    strides, offset): any view addresses the same memory of either."""
+    return (
+        isinstance(x, torch.Tensor)
+        and isinstance(y, torch.Tensor)
+        and x.dtype == y.dtype
+        and same_geometry(x, y)
+    )
+
+
 def _own_memory(node: object) -> bool:
     """Whether ``node`` is a tensor an ATen op makes in memory of its own: no result of it
     aliases an argument and it writes none; not an allocation whose values are not set (a
@@ -192,29 +204,16 @@ def _own_memory(node: object) -> bool:
     return not schema.is_mutable and not any(r.alias_info for r in schema.returns)
 
 
-def uses_through_aliases(node: fx.Node) -> list[fx.Node]:
-    """The nodes that use ``node`` or an alias of it (``_ALIASES``), the aliases included."""
-    out, todo, seen = [], [node], {node}
-    while todo:
-        for user in todo.pop().users:
-            if user not in seen:
-                seen.add(user)
-                out.append(user)
-                if user.op == "call_function" and user.target in _ALIASES:
-                    todo.append(user)
-    return out
-
-
 def _only_calls_use(buf: _Buffer, copy: fx.Node) -> bool:
     """Whether the buffer's uses, through aliases, are the copy and calls of mutable ops, one
     at least (the Note: a node reading it otherwise may cost memory), each through a view."""
     ends = [
         u
         for a in (*buf.aliases, *buf.span_views)
-        for u in uses_through_aliases(a)
+        for u in users_through_views(a, ALIASES)
         if u is not copy
         and u not in buf.aliases
-        and u.target not in _ALIASES
+        and u.target not in ALIASES
         and u.op != "output"  # what the caller gets: ``_takes_the_place``
     ]
     if not ends or not all(
@@ -238,17 +237,17 @@ def _takes_the_place(dst: fx.Node, src: fx.Node, returned: set[fx.Node]) -> bool
     mine, theirs = dst.meta.get("val"), src.meta.get("val")
     if not isinstance(mine, torch.Tensor) or not isinstance(theirs, torch.Tensor):
         return False
-    uses = uses_through_aliases(src)
+    uses = users_through_views(src, ALIASES)
     if src in returned or any(u in returned for u in uses) or mine.dtype != theirs.dtype:
         return False
-    if same_geometry(mine, theirs):
+    if one_layout(mine, theirs):
         return True
     if mine.dim() != theirs.dim() or not all(
         known(a == b) for a, b in zip(mine.shape, theirs.shape)
     ):
         return False
     # the pins of a buffer are dropped (the input is laid out already: ``pin_layout``)
-    views = (u for u in uses if u.target in _ALIASES and not u.meta.get("autofunc.pin"))
+    views = (u for u in uses if u.target in ALIASES and not u.meta.get("autofunc.pin"))
     return all(u.target in LAYOUT_FREE for u in views)
 
 
@@ -260,12 +259,7 @@ def _span_views_fit(dst: fx.Node, buf: _Buffer, returned: set[fx.Node]) -> bool:
         return True
     (clone,) = buf.aliases
     mine, theirs = dst.meta.get("val"), clone.meta.get("val")
-    if not (
-        isinstance(mine, torch.Tensor)
-        and isinstance(theirs, torch.Tensor)
-        and same_geometry(mine, theirs)
-        and known(mine.storage_offset() == 0)
-    ):
+    if not one_layout(mine, theirs) or not known(mine.storage_offset() == 0):
         return False
     flat = clone.args[0].meta.get("val")
     if not isinstance(flat, torch.Tensor):
@@ -279,7 +273,7 @@ def _span_views_fit(dst: fx.Node, buf: _Buffer, returned: set[fx.Node]) -> bool:
             or not contains(inside, region_of(val, flat))
             or view in returned
             # used where the input holds the clone's value: after the copy moved there
-            or any(u in returned or u < buf.anchor for u in uses_through_aliases(view))
+            or any(u in returned or u < buf.anchor for u in users_through_views(view, ALIASES))
         ):
             return False
     return True
@@ -292,7 +286,7 @@ def regenerated_only(node: fx.Node, returned: set[fx.Node]) -> bool:
         return False
     return all(
         u.op == "output" or (u.target in VIEW_OPS and u not in returned)
-        for u in uses_through_aliases(node)
+        for u in users_through_views(node, ALIASES)
     )
 
 
@@ -364,17 +358,8 @@ def regenerated_outputs_of_inputs(ctx) -> None:
             chain.append(node)
             node = node.args[0]
         dst = sources.get(node) if isinstance(node, fx.Node) else None
-        if dst is None or not chain or not _one_geometry(dst, node):
+        if dst is None or not chain or not one_layout(dst.meta.get("val"), node.meta.get("val")):
             continue
         if all(len(n.users) == 1 for n in chain):  # the output's views alone
             chain[-1].replace_input_with(node, dst)
 
-
-def _one_geometry(a: fx.Node, b: fx.Node) -> bool:
-    x, y = a.meta.get("val"), b.meta.get("val")
-    return (
-        isinstance(x, torch.Tensor)
-        and isinstance(y, torch.Tensor)
-        and x.dtype == y.dtype
-        and same_geometry(x, y)
-    )

@@ -15,15 +15,15 @@ from torch import fx
 from ...passes.copies import CopyKind, copy_tag, set_copy_tag
 from ...passes.emit import emit
 from ...passes.memory_ops import SCATTER_VIEWS
-from ...passes.walks import input_copies
-from ...regions import same_geometry
+from ...passes.walks import input_copies, users_through_views
 from .copy_backs import in_memory_of, read_after, shares_memory_with_another
 from .input_buffers import (
+    ALIASES,
     LAYOUT_FREE,
     VIEW_ATEN,
     erase_unused,
+    one_layout,
     regenerated_only,
-    uses_through_aliases,
 )
 
 __all__ = ["scatters_into_inputs"]
@@ -104,7 +104,7 @@ def scatters_into_inputs(ctx) -> None:
 def _read_back(copy: fx.Node, returned: set[fx.Node]) -> list[fx.Node] | None:
     """``[scatter, *views]``: the scatter the copy's source reads through a chain of views,
     each used by the next (the last by the copy) and otherwise, the scatter alone, only by
-    outputs the caller does not get the memory of (``_regenerated``); or ``None``."""
+    outputs the caller does not get the memory of (``regenerated_only``); or ``None``."""
     chain: list[fx.Node] = []
     node = copy.args[1]
     while isinstance(node, fx.Node) and node.target in VIEW_ATEN:
@@ -143,14 +143,11 @@ def _regenerated_use(
         return node not in returned
     if not regenerated_only(user, returned):
         return False
-    base, val = instead.meta.get("val"), node.meta.get("val")
-    if isinstance(base, torch.Tensor) and isinstance(val, torch.Tensor):
-        if same_geometry(base, val):
-            return True
+    if one_layout(instead.meta.get("val"), node.meta.get("val")):
+        return True
     free = LAYOUT_FREE | {_aten.unfold.default, _aten.expand.default}
-    return all(u.op == "output" or u.target in free for u in (user, *uses_through_aliases(user)))
-
-
+    uses = (user, *users_through_views(user, ALIASES))
+    return all(u.op == "output" or u.target in free for u in uses)
 
 
 def _scatter_into(value: object, view: fx.Node) -> bool:
@@ -189,4 +186,4 @@ def _undone(dst: fx.Node, base: object, back: list[fx.Node]) -> bool:
             out = n.target(out, *n.args[1:], **n.kwargs)
         except Exception:  # noqa: BLE001 - a view the fake value does not take: not undone
             return False
-    return isinstance(out, torch.Tensor) and out.dtype == val.dtype and same_geometry(out, val)
+    return one_layout(out, val)
