@@ -1745,6 +1745,41 @@ def scatter_into_a_view_of_a_written_input(a):
 
 
 @program(
+    lambda: (
+        torch.randn(4, 4, 5, dtype=torch.float64)[1:],
+        torch.randn(1, 3, 1, 5, dtype=torch.float64),
+    ),
+    "v = a.unsqueeze(0)[:, :, 2:3]; v.mul_(0.5); add_(b, v) on an offset a: a scatter into a "
+    "view of an input whose new value a call reads",
+    necessary_bytes=0,  # eager writes a and b where they are
+)
+def scatter_into_an_input_view_read_by_a_call(a, b):
+    # Note [A scatter into an input written in place]: the scatter, read by the call, was a
+    # buffer of its own copied into a (fuzz seed 20261930 #66, shrunk: 480 B over the built-in)
+    v = a.unsqueeze(0)[:, :, 2:3]
+    v.mul_(0.5)
+    add_(b, v)
+    return ()
+
+
+@program(
+    lambda: (torch.randn(5, 4, 3, dtype=torch.float64).permute(0, 2, 1),),
+    "o = ret_after_write(a, a); r = o * a; two(o, a); ret_after_write(r[2:], r[2:]): a read "
+    "of both buffers of a call, moved back before it and pinned for the first",
+)
+def read_moved_back_for_two_buffers(a):
+    # Note [Reads moved back before the call]: r, moved back before two() and pinned for o,
+    # was still a pending read of a for the analysis, and a was copied (fuzz seed 20261931
+    # #291, shrunk: one clone, 480 B over the built-in as drawn)
+    o = ret_after_write(a, a)
+    r = o * a
+    two(o, a)
+    head, tail = r.split([2, 3], 0)
+    ret_after_write(tail, tail)
+    return (o, head[:, :, 1:2])
+
+
+@program(
     lambda: (torch.randn(2, 6, 5, dtype=torch.float64), torch.randn(2, dtype=torch.float64)),
     "add_(a, b); v = a.unfold(2, 4, 5); a.mul_(2); return v.as_strided([4, 1, 4], [2, 8, 8], "
     "12): an output of an input's view, regenerated from the input",

@@ -381,16 +381,17 @@ class AliasAnalysis(ScatterReads, ShiftedVersions):
         """
         self._due[node] = pos
 
-    def computed_by(self, node: fx.Node, pos: int) -> None:
+    def computed_by(self, node: fx.Node, pos: int, moved: bool = False) -> None:
         """Record that the backend computes ``node`` into a buffer of its own by position
         ``pos`` (a pin the pass emitted for the call there: Note [Values computed where they
         are taken]): its reads end at ``pos``, or at a user lowered before ``pos`` that computes
         it inline. Lifetimes only shrink, and never below ``pos``: no answer given before
-        changes, and a later buffer of the same call sees the value computed before it."""
+        changes, and a later buffer of the same call sees the value computed before it; also
+        one ``moved`` there from after the call (Note [Reads moved back before the call])."""
         due = self._due.get(node, -1)
         if due <= pos:
             return  # eager, or computed by then anyway
-        at = max(self.position[node], pos)
+        at = pos - 0.5 if moved else max(self.position[node], pos)
         for u in node.users:
             p = self.position.get(u)
             # A node the pass emitted sits before the call it was emitted for, this one or an

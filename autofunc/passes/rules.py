@@ -367,7 +367,14 @@ def _lazy_read(q: Query) -> Verdict:
     # a lazy reader an earlier call moved back before its own call stands after this call for
     # the analysis but before it in the graph, as lazy as before (fuzz seed 20261904 #70: a
     # sum of a copy the second call writes, computed after it)
-    moved = [r for r in q.reads_after if r < q.node and late.lazy(r)]
+    # (unless it is computed there, pinned for an earlier buffer or call: Note [Reads moved
+    # back before the call])
+    pos = ctx.analysis.position[q.node]
+    moved = [
+        r
+        for r in q.reads_after
+        if r < q.node and late.lazy(r) and not ctx.analysis.computed_before(r, pos)
+    ]
     readers = list(dict.fromkeys([*readers, *moved]))
     if not readers:
         return None

@@ -41,8 +41,11 @@ FOUND = [
     # Note [A buffer copied into an input is the input]
     "input_scaled_then_its_view_written",
     "scatter_into_a_strided_input_written",
-    "scatter_into_a_view_of_a_written_input",  # Note [A scatter into an input written in place]
+    # Note [A scatter into an input written in place]
+    "scatter_into_a_view_of_a_written_input",
+    "scatter_into_an_input_view_read_by_a_call",
     "regenerated_view_of_a_written_input",  # Note [Regenerated outputs taken from the input]
+    "read_moved_back_for_two_buffers",  # Note [Reads moved back before the call]
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
@@ -122,6 +125,12 @@ FUZZ += [(20261927, 166)]
 # copied into an input is the input]: made the input the buffer, Inductor copied it per
 # argument and the call lost its aliasing)
 FUZZ += [(20261928, 55)]
+# a scatter into a view of an input that a call reads, copied back at the end (Note [A scatter
+# into an input written in place]: 480 B over before)
+FUZZ += [(20261930, 66)]
+# a read moved back before a call and pinned there for one buffer, counted a pending read for
+# the next (Note [Reads moved back before the call]: 480 B over before)
+FUZZ += [(20261931, 291)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

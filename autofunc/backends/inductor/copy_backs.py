@@ -102,7 +102,8 @@ def in_memory_of(x: fx.Node) -> set[fx.Node]:
     """The nodes whose value may be ``x``'s memory once the pass and Inductor's re-inplacing
     have run: ``x``, the views and reshapes of one, the scatters into one, and what a call
     taking one returns (a functional mutation node that takes one as a buffer, any other
-    higher-order or mutable op that takes one, and the items of its result)."""
+    higher-order op that takes one, a mutable op whose schema lets a result alias its argument,
+    and the items of its result)."""
     mine, targets = {x}, mutation_targets()
     for n in x.graph.nodes:  # in graph order: a node after its inputs
         if n.op != "call_function" or not any(a in mine for a in n.all_input_nodes):
@@ -115,11 +116,20 @@ def in_memory_of(x: fx.Node) -> set[fx.Node]:
             returns = (
                 (target in _ALIASING and n.args[0] in mine)
                 or isinstance(target, torch._ops.HigherOrderOperator)
-                or (isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable)
+                or (isinstance(target, torch._ops.OpOverload) and _returns_an_alias(target))
             )
         if returns:
             mine.add(n)
     return mine
+
+
+def _returns_an_alias(target: torch._ops.OpOverload) -> bool:
+    """Whether ``target`` is a mutable op a result of which its schema lets alias an argument
+    (``add_``'s ``Tensor(a!)``); a custom op's results are memory of their own (PyTorch checks
+    that a custom op returns no input or view of one: fuzz seed 20261931 #291, ``mlret(a, a)``
+    written in place, its fresh result read after the input's new value is made)."""
+    schema = target._schema
+    return schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
 
 
 def read_after(

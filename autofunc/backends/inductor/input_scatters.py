@@ -4,7 +4,8 @@ after the rewrite (``InductorPolicy.repairs_after``, Note [Pipeline] step 5 in
 
 ``scatters_into_inputs(ctx)`` finds the graph's copy into an input, at the end, of a scatter
 into a view of that input read back in the input's geometry, and writes the scattered value
-into the view where the scatter stands. Reads the graph's order, node kinds and fake values.
+into the view where the scatter stands; the scatter's readers read the input. Reads the
+graph's order, node kinds and fake values.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ...passes.emit import emit
 from ...passes.memory_ops import SCATTER_VIEWS
 from ...passes.walks import input_copies, users_through_views
 from .copy_backs import in_memory_of, read_after, shares_memory_with_another
+from .repairs import INPLACEABLE
 from .input_buffers import (
     ALIASES,
     LAYOUT_FREE,
@@ -52,15 +54,20 @@ def scatters_into_inputs(ctx) -> None:
 
     Sound where the copy's source is the scatter read back through views that undo the views
     taking ``x`` to the scatter's input (``_undone``: the two chains, run on ``x``'s fake value,
-    give ``x``'s geometry), nothing but the next of that chain uses one of its nodes (outputs
-    AOTAutograd regenerates from ``x`` aside: they take the scatter's input, or ``x`` for the
-    last view, which hold the same values once the scatter is written), and, after the
-    scatter, nothing but the copy uses a value that may be ``x``'s memory and no read of
-    ``x``'s old memory is pending: ``x`` then holds, outside the view, what the scatter read
-    there, and inside it the scattered value, from the scatter's place to the end, as the copy
-    would have left it. A scatter whose value is a scatter into the same view (``kv[1, 0]``
-    written through ``kv[1]``) is one write of the innermost value. A scatter into ``x`` itself
-    is left as it is: Inductor writes it into ``x`` where it stands.
+    give ``x``'s geometry), nothing but the next of that chain uses one of its nodes but
+    readers of the scatter or of the last view (``_use_instead``: nodes that write none of
+    it, through views the caller gets no memory of, outputs AOTAutograd regenerates from
+    ``x`` among them), which take the scatter's input, or ``x`` for the last view, holding
+    the same values once the scatter is written, and, after the scatter, nothing else uses a
+    value that may be ``x``'s memory and no read of ``x``'s old memory is pending: ``x`` then
+    holds, outside the view, what the scatter read there, and inside it the scattered value,
+    from the scatter's place to the end, as the copy would have left it, and each reader
+    reads there what it read before. Fuzz seed 20261930 #66, ``v = a.unsqueeze(0)[:, :,
+    2:3]; v.mul_(0.5); m2(r, r, v)`` on an offset ``a``, the call reading the new value
+    (480 B over the built-in while only copies and outputs could take the scatter). A scatter
+    whose value is a scatter into the same view (``kv[1, 0]`` written through ``kv[1]``) is
+    one write of the innermost value. A scatter into ``x`` itself is left as it is: Inductor
+    writes it into ``x`` where it stands.
     """
     graph = ctx.gm.graph
     inputs, returned = graph.find_nodes(op="placeholder"), set(ctx.outputs)
@@ -74,9 +81,13 @@ def scatters_into_inputs(ctx) -> None:
         # scatter of a scatter into it: ``kv[1, 0].mul_(2)``)
         if scatter.args[0] is dst or not _undone(dst, scatter.args[0], chain[1:]):
             continue
-        # views only outputs AOTAutograd regenerates take read nothing
+        # views only outputs AOTAutograd regenerates take read nothing; the chain's views
+        # will take the input's new value (``_use_instead``)
+        readers = {u for n in (chain[0], chain[-1]) for u in users_through_views(n, ALIASES)}
         memory = {
-            n for n in in_memory_of(dst) - gone - {copy} if not regenerated_only(n, returned)
+            n
+            for n in in_memory_of(dst) - gone - readers - {copy}
+            if not regenerated_only(n, returned)
         }
         if any(n > scatter for n in memory) or read_after(memory, scatter, copy, returned):
             continue
@@ -94,7 +105,7 @@ def scatters_into_inputs(ctx) -> None:
         with graph.inserting_after(anchor):
             write = emit(ctx, _aten.copy_.default, (view, value))
         set_copy_tag(write, copy_tag(copy) or (CopyKind.OTHER, ""))  # the copy it replaces
-        # outputs AOTAutograd regenerates from the input: views of what is written in place
+        # its readers (outputs AOTAutograd regenerates among them): of what is written in place
         for n in {chain[0], chain[-1]}:
             n.replace_all_uses_with(_instead(chain, n, copy), lambda u: u not in gone | {copy})
         graph.erase_node(copy)
@@ -103,8 +114,9 @@ def scatters_into_inputs(ctx) -> None:
 
 def _read_back(copy: fx.Node, returned: set[fx.Node]) -> list[fx.Node] | None:
     """``[scatter, *views]``: the scatter the copy's source reads through a chain of views,
-    each used by the next (the last by the copy) and otherwise, the scatter alone, only by
-    outputs the caller does not get the memory of (``regenerated_only``); or ``None``."""
+    each used by the next (the last by the copy) and otherwise, the scatter and the last
+    view alone, only by nodes that may take what holds their values once the scatter is
+    written (``_use_instead``); or ``None``."""
     chain: list[fx.Node] = []
     node = copy.args[1]
     while isinstance(node, fx.Node) and node.target in VIEW_ATEN:
@@ -118,7 +130,7 @@ def _read_back(copy: fx.Node, returned: set[fx.Node]) -> list[fx.Node] | None:
         others = [u for u in n.users if u is not user]
         instead = _instead(chain, n, copy)
         if others and (
-            instead is None or not all(_regenerated_use(u, n, instead, returned) for u in others)
+            instead is None or not all(_use_instead(u, n, instead, returned) for u in others)
         ):
             return None
     return chain
@@ -132,22 +144,46 @@ def _instead(chain: list[fx.Node], node: fx.Node, copy: fx.Node) -> fx.Node | No
     return node.args[0] if node is chain[0] else None
 
 
-def _regenerated_use(
-    user: fx.Node, node: fx.Node, instead: fx.Node, returned: set[fx.Node]
-) -> bool:
-    """Whether ``user`` takes ``node`` only for outputs the caller does not get the memory of
-    (the output, at positions not ``returned``, or a view ``_regenerated``), through views that
-    may take ``instead`` in its place: any where the two have one geometry, else those that
-    pick the same elements whatever the strides."""
+def _use_instead(user: fx.Node, node: fx.Node, instead: fx.Node, returned: set[fx.Node]) -> bool:
+    """Whether ``user`` may take ``instead`` in ``node``'s place: it and the nodes it reaches
+    through views read ``node``'s values and write none of them, the caller gets the memory of
+    none of those views (an output AOTAutograd regenerates from the input is the input's
+    anyway), and the views pick the same elements of either: any where the two have one
+    geometry, else those that do whatever the strides."""
     if user.op == "output":
         return node not in returned
-    if not regenerated_only(user, returned):
+    uses = (user, *users_through_views(user, ALIASES)) if user.target in ALIASES else (user,)
+    views = {u for u in uses if u.op == "call_function" and u.target in ALIASES}
+    sources = views | {node}
+    if any(v in returned for v in views) or not all(
+        u.op == "output" or _reads_only(u, sources) for u in uses if u not in views
+    ):
         return False
     if one_layout(instead.meta.get("val"), node.meta.get("val")):
         return True
     free = LAYOUT_FREE | {_aten.unfold.default, _aten.expand.default}
-    uses = (user, *users_through_views(user, ALIASES))
-    return all(u.op == "output" or u.target in free for u in uses)
+    return all(v.target in free for v in views)
+
+
+def _reads_only(user: fx.Node, sources: set[fx.Node]) -> bool:
+    """Whether ``user`` is an ATen or custom op that writes none of ``sources`` it takes: not a
+    scatter Inductor may write into its input, and no argument its schema marks written holds
+    one."""
+    target = user.target
+    if not isinstance(target, torch._ops.OpOverload) or target in INPLACEABLE:
+        return False
+    schema = target._schema
+    if not schema.is_mutable:
+        return True
+    given = [*zip(schema.arguments, user.args)]
+    given += [(a, user.kwargs[a.name]) for a in schema.arguments if a.name in user.kwargs]
+    for arg, value in given:
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        if any(v in sources for v in values):
+            return False
+    return True
 
 
 def _scatter_into(value: object, view: fx.Node) -> bool:

@@ -48,7 +48,11 @@ a scatter into the input it is copied back to, where it stands; Note [A scatter 
 frontier after the call]), nor anything random, mutating, or a later call. The move is tried
 twice, the readers alone and with every lazy user they make computable before the call (a
 reduction of a read makes a smaller frontier), and the cheaper plan is taken, again only when
-it costs less than the clone.
+it costs less than the clone. A moved reader the plan pins is computed there, before the call,
+though the analysis keeps it at its old place (``AliasAnalysis.computed_by(..., moved=True)``):
+the call's later buffers, and later calls, do not count it a pending read (fuzz seed 20261931
+#291, ``o = mlret(a, a); r = o * a; m2(o, a, a)`` with ``r`` read after: ``r`` moved back and
+pinned for ``o``, then counted lazy for ``a``, which was copied; 480 B over the built-in).
 """
 
 from __future__ import annotations
@@ -471,7 +475,7 @@ def realize_before(
                     pinned = emit(ctx, v.target, (pinned, *v.args[1:]), v.kwargs)
                     analysis.track(pinned, v)
             for n in (root, *views):
-                analysis.computed_by(n, analysis.position[call])
+                analysis.computed_by(n, analysis.position[call], moved=n in plan.moved)
             for u in later:
                 u.replace_input_with(f, pinned)
             continue
