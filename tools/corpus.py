@@ -1780,6 +1780,53 @@ def read_moved_back_for_two_buffers(a):
 
 
 @program(
+    lambda: (torch.randn(2, 3, 4, dtype=torch.float64).permute(0, 2, 1),),
+    "t = a * 1; v = t[:, 3:4]; v.mul_(-1); return ret_after_write(v, t.cumsum(1)) on a permuted "
+    "a: a slice of a scatter into a permuted value, written where no one reads it",
+)
+def unread_write_into_a_permuted_scatter(a):
+    # Note [A write no one reads]: the scatter's layout is Inductor's to choose, and the slice
+    # was cloned into a span of the recorded layout (fuzz seed 20261930 #226, shrunk: 192 B
+    # over the built-in, which passes the slice)
+    t = a * 1
+    v = t[:, 3:4]
+    v.mul_(-1.0)
+    return (ret_after_write(v, t.cumsum(1)),)
+
+
+@program(
+    lambda: (torch.randn(4, dtype=torch.float64),),
+    "t = zeros(3, 6); v = t[:, 1::3]; r = v.cumsum(0); add_(r, r); ret_after_write(v, t): a "
+    "constant a scan reads before the call that writes it",
+)
+def constant_scanned_before_a_call(a):
+    # Note [A constant read apart from the write]: the scan, an extern kernel on a CPU, took a
+    # copy of the constant, a buffer of its own (fuzz seed 20261930 #250, shrunk: 144 B over
+    # the built-in)
+    t = torch.zeros((3, 6), dtype=a.dtype, device=a.device)
+    v = t[:, 1:6:3]
+    r = v.cumsum(0)
+    add_(r, r)
+    o = ret_after_write(v, t)
+    return (r, v.unsqueeze(-1), o)
+
+
+@program(
+    lambda: (torch.randn(4, dtype=torch.float64),),
+    "t = zeros(3, 6); v = t[:, 1::3]; r = v.cumsum(0); add_(v, a.sum()); return r, v: a "
+    "constant a scan reads after the call that writes it",
+)
+def constant_scanned_after_a_call(a):
+    # Note [A constant read apart from the write]: Inductor moves the scan after the call; its
+    # copy of the constant reads the old value (a clone of the written view otherwise)
+    t = torch.zeros((3, 6), dtype=a.dtype, device=a.device)
+    v = t[:, 1:6:3]
+    r = v.cumsum(0)
+    add_(v, a.sum())
+    return (r, v)
+
+
+@program(
     lambda: (torch.randn(2, 6, 5, dtype=torch.float64), torch.randn(2, dtype=torch.float64)),
     "add_(a, b); v = a.unfold(2, 4, 5); a.mul_(2); return v.as_strided([4, 1, 4], [2, 8, 8], "
     "12): an output of an input's view, regenerated from the input",

@@ -64,6 +64,13 @@ class Policy:
         [A pinned scatter Inductor rewrites]). Here: never."""
         return False
 
+    def takes_any_layout(self, q: Query) -> bool:
+        """Whether the op may take the buffer ``q`` decides through views in whatever layout
+        the backend gives its root, where the rule "a layout the backend chooses" would clone
+        it: nothing reinterprets the root with the recorded strides and no one observes the
+        write (Note [A write no one reads] in backends/inductor/policy.py). Here: never."""
+        return False
+
     def must_fold_scatters(self, buf: fx.Node) -> bool:
         """Whether ``buf``, a view of a graph input written in place, needs every scatter that
         writes it back into its input to fold, else it keeps its clone (rule "graph input:

@@ -136,13 +136,15 @@ def _unfixed_layout(q: Query) -> Verdict:
     them as chosen: Note [A pinned root keeps its layout] in backends/inductor/policy.py)."""
     ctx, buf = q.ctx, q.buf
     if ctx.policy.rewrites_root(buf.node):  # Note [A pinned scatter Inductor rewrites]
-        return Reason.REWRITTEN_ROOT, buf.node.name
+        return None if ctx.policy.takes_any_layout(q) else (Reason.REWRITTEN_ROOT, buf.node.name)
     if contiguous_or_false(buf.node.meta["val"]) and contiguous_or_false(q.root.meta["val"]):
         return None
     if not ctx.policy.chooses_layout(buf.node):
         return None
     whole = all(c.is_alias for c in buf.chains) and not aliased_args(buf, q.written)
     if not whole or not q.m.fixes_layouts:  # Note [Region operands keep no computed layout]
+        if ctx.policy.takes_any_layout(q):  # Note [A write no one reads]
+            return None
         return Reason.UNFIXED_LAYOUT, buf.node.name
     # Note [A layout fixed after it was used]
     # A whole buffer keeps Inductor's layout until the op, which needs exactly the recorded

@@ -25,7 +25,9 @@ FOUND = [
     "realized_value_a_later_call_writes",  # Note [A realized value a later call writes]
     "scan_read_before_write",  # Note [Scans Inductor runs as extern kernels]
     "frontier_users_moved_back",  # Note [Users of the frontier moved back before the call]
-    "write_no_one_reads",  # Note [A write no one reads]
+    # Note [A write no one reads]
+    "write_no_one_reads",
+    "unread_write_into_a_permuted_scatter",
     "base_reshaped_from_its_root",  # Note [A base merged into a view of its root]
     "call_argument_read_later",  # Note [Lazy reads computed before the call]
     "frontier_cut_at_its_inputs",  # Note [A frontier cut at its inputs]
@@ -44,6 +46,9 @@ FOUND = [
     # Note [A scatter into an input written in place]
     "scatter_into_a_view_of_a_written_input",
     "scatter_into_an_input_view_read_by_a_call",
+    # Note [A constant read apart from the write]
+    "constant_scanned_before_a_call",
+    "constant_scanned_after_a_call",
     "regenerated_view_of_a_written_input",  # Note [Regenerated outputs taken from the input]
     "read_moved_back_for_two_buffers",  # Note [Reads moved back before the call]
 ]
@@ -131,6 +136,12 @@ FUZZ += [(20261930, 66)]
 # a read moved back before a call and pinned there for one buffer, counted a pending read for
 # the next (Note [Reads moved back before the call]: 480 B over before)
 FUZZ += [(20261931, 291)]
+# a slice of a scatter into a permuted value, written where no one reads it, cloned for a
+# layout Inductor chooses (Note [A write no one reads]: 192 B over before)
+FUZZ += [(20261930, 226)]
+# a constant a scan reads before the call that writes it, copied for the scan (Note [A constant
+# read apart from the write]: 144 B over before)
+FUZZ += [(20261930, 250)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

@@ -19,7 +19,7 @@ from ...hops.adapter import mutation_targets, read_node
 from ...passes.copies import COPY_TARGETS
 from ...passes.memory_ops import VIEW_OPS
 from ...passes.walks import users_through_views
-from .evaluation import lazy_kind
+from .evaluation import extern_scan, lazy_kind
 from .repairs import INPLACEABLE
 
 __all__ = ["rematerialize_constant_reads"]
@@ -65,7 +65,12 @@ def rematerialize_constant_reads(graph: fx.Graph) -> None:
     mutation node) are copied, and only for readers that compute it inside a kernel: a reshape
     is a view to Inductor, and a copy of the constant for one that a call takes would be a
     buffer of its own (fuzz seed 20261902 #202, 192 B). The other users (the calls, extern
-    kernels) keep the constant.
+    kernels) keep the constant; so does a scan Inductor runs as an extern kernel (Note [Scans
+    Inductor runs as extern kernels]) before every call that writes the constant, which reads
+    it from memory where it stands: a copy of the constant for it would be a buffer of its own
+    (fuzz seed 20261930 #250: ``t = zeros(3, 6); r = t[:, 1::3].cumsum(0); op(t[:, 1::3],
+    ...)``, 144 B over PyTorch's built-in). One after such a call takes a copy: it reads the
+    value before the call.
     """
     targets = mutation_targets()
     constants = [n for t in _CONSTANTS for n in graph.find_nodes(op="call_function", target=t)]
@@ -73,9 +78,12 @@ def rematerialize_constant_reads(graph: fx.Graph) -> None:
         if not _constant(root):
             continue
         for made in _computed_from(root):  # the constant, and pointwise values of it alone
-            if not _written(made[-1], targets):
+            writers = _writers(made[-1], targets)
+            if not writers:
                 continue
             for chain, reader in _inline_readers(made[-1]):
+                if extern_scan(reader) and all(w > reader for w in writers):
+                    continue  # reads the memory where it stands, before any write (the Note)
                 with graph.inserting_before(reader):
                     own = None
                     for n in [*made, *chain]:
@@ -83,17 +91,18 @@ def rematerialize_constant_reads(graph: fx.Graph) -> None:
                 reader.replace_input_with(chain[-1] if chain else made[-1], own)
 
 
-def _written(node: fx.Node, targets: tuple) -> bool:
-    """Whether a functional mutation node writes ``node`` or a view of it (one read by no
+def _writers(node: fx.Node, targets: tuple) -> list[fx.Node]:
+    """The functional mutation nodes that write ``node`` or a view of it (one read by no
     adapter counts as writing what it takes)."""
     users = users_through_views(node)
     mine = {node, *(u for u in users if u.op == "call_function" and u.target in VIEW_OPS)}
+    out = []
     for user in users:
         if user.target in targets:
             m = read_node(user)
             if m is None or any(b in mine for b in m.buffers):
-                return True
-    return False
+                out.append(user)
+    return out
 
 
 def _computed_from(root: fx.Node) -> list[list[fx.Node]]:

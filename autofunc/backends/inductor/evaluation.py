@@ -26,6 +26,7 @@ from .repairs import INPLACEABLE
 __all__ = [
     "LATE_READS",
     "computed_where_taken",
+    "extern_scan",
     "lazy_kind",
     "lazy_under_inductor",
     "pin_keeps_layout",
@@ -66,13 +67,19 @@ def lazy_under_inductor(reader: fx.Node) -> bool:
         return lazy_under_inductor(reader.args[0])
     if reader.target in _REDUCTIONS and _reduction_realized(reader):
         return False
-    if reader.target in _SCANS and _scan_extern(reader):
+    if extern_scan(reader):
         return False
     return not _returned_realized(reader)
 
 
 # Scans Inductor lowers through ``ir.Scan.create``, with an extern fallback.
 _SCANS = frozenset({_aten.cumsum.default, _aten.cumprod.default, _aten.logcumsumexp.default})
+
+
+def extern_scan(node: fx.Node) -> bool:
+    """Whether ``node`` is a scan Inductor runs as an extern kernel, reading its input from
+    memory (Note [Scans Inductor runs as extern kernels])."""
+    return node.target in _SCANS and _scan_extern(node)
 
 
 def _scan_extern(node: fx.Node) -> bool:

@@ -198,6 +198,20 @@ class InductorPolicy(Policy):
         val = q.buf.node.meta["val"]
         return CloneKind.DENSE if overlaps_itself(val) else CloneKind.CLONE
 
+    def takes_any_layout(self, q: Query) -> bool:
+        """Where no one reads what the call writes (Note [A write no one reads]), the op takes
+        the buffer's views as Inductor lays out their root, unpinned, through no ``as_strided``
+        step: Inductor computes each view's elements, reading the values the graph records,
+        and hands the op them or the root's memory, whose write no one sees (fuzz seed 20261930
+        #226: a slice of a scatter into a permuted product, cloned into a span as a layout
+        Inductor chooses: 192 B over PyTorch's built-in, which passes the slice)."""
+        chains = (*q.buf.chains, *q.buf.read_chains)
+        return (
+            not any(c.uses_as_strided for c in chains)
+            and _write_unobserved(q)
+            and not self.pin(q)
+        )
+
     def pin_source(self, ctx: Pass, node: fx.Node, call: fx.Node) -> bool:
         # Note [A lazy source read after its clone]
         return contiguous_or_false(node.meta["val"]) and _lazy_source_read_later(node, call)
