@@ -18,7 +18,7 @@ from torch import fx
 from ...hops.adapter import mutation_targets, read_node
 from ...passes.memory_ops import VIEW_OPS, storage_address
 from ...passes.walks import input_copies, users_through_views
-from .evaluation import lazy_under_inductor
+from .evaluation import computed_where_taken, lazy_under_inductor
 from .repairs import INPLACEABLE
 
 __all__ = [
@@ -152,13 +152,20 @@ def read_after(
         u = todo.pop()
         if u > src:
             return True
-        if u is src or not lazy_under_inductor(u):
-            continue  # computed where it stands, before the copy
+        if u is src or not lazy_under_inductor(u) or _taken_before(u, src):
+            continue  # computed where it stands, or where taken, before the copy
         for w in u.users:
             if reads(w, u) and w not in seen:
                 seen.add(w)
                 todo.append(w)
     return False
+
+
+def _taken_before(node: fx.Node, src: fx.Node) -> bool:
+    """Whether an ``as_strided`` before ``src`` makes Inductor compute the lazy ``node`` into a
+    buffer of its own, which later users read (Note [Values computed where they are taken]:
+    fuzz seed 20261932 #144, a value pinned for a call and returned through views)."""
+    return any(u < src and computed_where_taken(u, node) for u in node.users)
 
 
 def shares_memory_with_another(node: fx.Node, inputs: list[fx.Node]) -> bool:
