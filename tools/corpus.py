@@ -1827,6 +1827,23 @@ def constant_scanned_after_a_call(a):
 
 
 @program(
+    lambda: (torch.randn(6, 6, 5, dtype=torch.float64)[::2],),
+    "o = ret_after_write(b, b); v = o.diagonal(0, 1, 2)[:, 1:2]; o.mul_(2); two(b, v): a gappy "
+    "view of a value computed into the buffer of one that dies there, written where no one "
+    "reads it",
+)
+def unread_gappy_write_into_a_dying_buffer(b):
+    # Note [A write no one reads]: unpinned, Inductor computed the view's elements into a
+    # buffer of the view's span (fuzz seed 20261932 #20, shrunk: 488 B over the built-in,
+    # which computes o * 2 into o's buffer)
+    o = ret_after_write(b, b)
+    v = o.diagonal(0, 1, 2)[:, 1:2]
+    o.mul_(2.0)
+    two(b, v)
+    return ()
+
+
+@program(
     lambda: (torch.randn(2, 6, 5, dtype=torch.float64), torch.randn(2, dtype=torch.float64)),
     "add_(a, b); v = a.unfold(2, 4, 5); a.mul_(2); return v.as_strided([4, 1, 4], [2, 8, 8], "
     "12): an output of an input's view, regenerated from the input",

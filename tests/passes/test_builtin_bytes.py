@@ -28,6 +28,7 @@ FOUND = [
     # Note [A write no one reads]
     "write_no_one_reads",
     "unread_write_into_a_permuted_scatter",
+    "unread_gappy_write_into_a_dying_buffer",
     "base_reshaped_from_its_root",  # Note [A base merged into a view of its root]
     "call_argument_read_later",  # Note [Lazy reads computed before the call]
     "frontier_cut_at_its_inputs",  # Note [A frontier cut at its inputs]
@@ -146,6 +147,9 @@ FUZZ += [(20261930, 250)]
 # and returned through views, counted a pending read of the input (Note [Values computed where
 # they are taken]: 960 B over before, the input's new value a buffer of its own)
 FUZZ += [(20261932, 144)]
+# a gappy view of a value Inductor computes into the buffer of an input that dies there,
+# written where no one reads it, unpinned (Note [A write no one reads]: 488 B over before)
+FUZZ += [(20261932, 20)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

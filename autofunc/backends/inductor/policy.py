@@ -23,6 +23,7 @@ from ...passes.facts import aliased_args
 from ...passes.memory_ops import VIEW_OPS
 from ...passes.policy import LateReads, Policy
 from ...passes.walks import users_through_views, view_root, view_walk
+from ...regions import same_geometry
 from ...symbolic import contiguous_or_false, nbytes_hint, overlaps_itself
 from .constants import rematerialize_constant_reads
 from .copy_backs import copy_backs_where_computed
@@ -31,6 +32,7 @@ from .input_scatters import scatters_into_inputs
 from .evaluation import (
     LATE_READS,
     computed_where_taken,
+    lazy_kind,
     lazy_under_inductor,
     pin_keeps_layout,
     pinnable_root,
@@ -220,7 +222,10 @@ class InductorPolicy(Policy):
         ctx, buf, m = q.ctx, q.buf, q.m
         return (
             self._aliased(ctx, buf, m)
-            or (self._views_of_unrealized(buf) and not _write_unobserved(q))
+            or (
+                self._views_of_unrealized(buf)
+                and (not _write_unobserved(q) or _into_a_dying_input(buf.node))
+            )
             or self._unfixed_root(buf.node)
         )
 
@@ -396,6 +401,34 @@ def _write_unobserved(q: Query) -> bool:
     if any(u.users for u in held):
         return False
     return all(u is call or u < call for u in users_through_views(root))
+
+
+def _into_a_dying_input(node: fx.Node) -> bool:
+    """Whether Inductor computes the pointwise ``node`` into the memory of an input that dies
+    there, so that a pin of ``node`` costs nothing where the write is unobserved (Note [A write
+    no one reads]): an extern kernel's result (computed, not lazy: no fused value, and not a
+    graph input, which Inductor never reuses) of ``node``'s dtype and geometry that ``node``
+    alone uses; Inductor's memory planning hands a buffer freed there to the next allocation
+    of its size. Unpinned, a gappy view's elements take a buffer of the view's span (fuzz seed
+    20261932 #20: ``o = mret(b, b); v = o.diagonal(0, 1, 2)[:, 1:2]; o.mul_(2);
+    m3way(b, v, b)``, 488 B over PyTorch's built-in, whose ``as_strided`` computes ``o * 2``
+    into ``o``'s buffer)."""
+    target, val = node.target, node.meta.get("val")
+    if not (
+        isinstance(target, torch._ops.OpOverload)
+        and torch.Tag.pointwise in target.tags
+        and isinstance(val, torch.Tensor)
+    ):
+        return False
+    return any(
+        a.op == "call_function"
+        and len(a.users) == 1
+        and not lazy_kind(a)
+        and isinstance(v := a.meta.get("val"), torch.Tensor)
+        and v.dtype == val.dtype
+        and same_geometry(v, val)
+        for a in node.all_input_nodes
+    )
 
 
 def _tensor_outputs(ctx: Pass, call: fx.Node, n: int) -> list[fx.Node]:
