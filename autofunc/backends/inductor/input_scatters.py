@@ -166,13 +166,16 @@ def _use_instead(user: fx.Node, node: fx.Node, instead: fx.Node, returned: set[f
 
 
 def _reads_only(user: fx.Node, sources: set[fx.Node]) -> bool:
-    """Whether ``user`` is an ATen or custom op that writes none of ``sources`` it takes: not a
-    scatter Inductor may write into its input, and no argument its schema marks written holds
-    one."""
+    """Whether ``user`` is an ATen or custom op that writes none of ``sources`` it takes and
+    returns none of their memory: not a scatter Inductor may write into its input, no result
+    its schema lets alias an argument (a ``reshape``, whose users would take the input's
+    memory unseen), and no argument its schema marks written holds one."""
     target = user.target
     if not isinstance(target, torch._ops.OpOverload) or target in INPLACEABLE:
         return False
     schema = target._schema
+    if any(r.alias_info is not None for r in schema.returns):
+        return False
     if not schema.is_mutable:
         return True
     given = [*zip(schema.arguments, user.args)]
