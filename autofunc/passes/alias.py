@@ -385,7 +385,7 @@ class AliasAnalysis(ScatterReads, ShiftedVersions):
         """Record that the backend computes ``node`` into a buffer of its own by position
         ``pos`` (a pin the pass emitted for the call there: Note [Values computed where they
         are taken]): its reads end at ``pos``, or at a user lowered before ``pos`` that computes
-        it inline. Lifetimes only shrink, and never below ``pos``: no answer given before
+        it inline (a view computes nothing: fuzz seed 20261928 #112). Lifetimes only shrink, and never below ``pos``: no answer given before
         changes, and a later buffer of the same call sees the value computed before it; also
         one ``moved`` there from after the call (Note [Reads moved back before the call])."""
         due = self._due.get(node, -1)
@@ -397,7 +397,7 @@ class AliasAnalysis(ScatterReads, ShiftedVersions):
             # A node the pass emitted sits before the call it was emitted for, this one or an
             # earlier one, and is taken there (a view of an argument, a pin) or computed there
             # (a clone of a buffer, a value computed before the call): by ``pos`` either way.
-            if p is None or p >= pos:
+            if p is None or p >= pos or read_kind(u.target) == READS_NOTHING:
                 continue
             later = self._due.get(u, -1)
             at = max(at, p if later < 0 else later)
