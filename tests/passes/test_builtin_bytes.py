@@ -150,6 +150,9 @@ FUZZ += [(20261932, 144)]
 # a gappy view of a value Inductor computes into the buffer of an input that dies there,
 # written where no one reads it, unpinned (Note [A write no one reads]: 488 B over before)
 FUZZ += [(20261932, 20)]
+# a call writing a view of a scatter into a scatter into a permuted input, cloned as a layout
+# Inductor chooses (Note [A pinned scatter Inductor rewrites]: 576 B over before)
+FUZZ += [(20261935, 247)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

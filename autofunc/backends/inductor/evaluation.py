@@ -77,8 +77,7 @@ _SCANS = frozenset({_aten.cumsum.default, _aten.cumprod.default, _aten.logcumsum
 
 
 def extern_scan(node: fx.Node) -> bool:
-    """Whether ``node`` is a scan Inductor runs as an extern kernel, reading its input from
-    memory (Note [Scans Inductor runs as extern kernels])."""
+    """Whether ``node`` is a scan Inductor runs as an extern kernel (the Note below)."""
     return node.target in _SCANS and _scan_extern(node)
 
 
@@ -277,7 +276,8 @@ def pin_keeps_layout(root: fx.Node) -> bool:
     scatter is recorded dense or Inductor writes it into its input, a graph input, as it does
     where the graph copies a value back into that input and nothing uses the input in between
     (fuzz seed 20261902 #140: ``b.diagonal(-1).add_(r)`` on a strided input, then a call
-    writing that diagonal; cloned for a while, 240 B over the built-in).
+    writing that diagonal; cloned for a while, 240 B over the built-in); a scatter into such
+    a scatter has that input's memory (20261935 #247: a permuted input's diagonal written twice).
     Any other root is no root the pass pins, and a buffer of it is cloned (rule "a layout the
     backend chooses")."""
     if root.target not in INPLACEABLE:
@@ -324,6 +324,8 @@ def _argument_kept(scatter: fx.Node) -> bool:
     base = storage_root(src)
     if base.op == "placeholder":
         return True
+    if base.target in INPLACEABLE and _written_into_its_input(base):  # the input (the Note)
+        return _argument_kept(base)
     bval = base.meta.get("val")
     if not (isinstance(bval, torch.Tensor) and contiguous_or_false(bval) and _unpadded(bval)):
         return False
