@@ -381,13 +381,14 @@ class AliasAnalysis(ScatterReads, ShiftedVersions):
         """
         self._due[node] = pos
 
-    def computed_by(self, node: fx.Node, pos: int, moved: bool = False) -> None:
-        """Record that the backend computes ``node`` into a buffer of its own by position
-        ``pos`` (a pin the pass emitted for the call there: Note [Values computed where they
-        are taken]): its reads end at ``pos``, or at a user lowered before ``pos`` that computes
-        it inline (a view computes nothing: fuzz seed 20261928 #112). Lifetimes only shrink, and never below ``pos``: no answer given before
-        changes, and a later buffer of the same call sees the value computed before it; also
-        one ``moved`` there from after the call (Note [Reads moved back before the call])."""
+    def computed_by(
+        self, node: fx.Node, pos: int, moved: bool = False, pinned: bool = False
+    ) -> None:
+        """Record that the backend computes ``node`` into a buffer by ``pos`` (Note [Values
+        computed where they are taken]): its reads end at ``pos``, or at a user lowered before
+        ``pos`` computing it inline (not a view of a ``pinned`` node, computed where lowered:
+        20261928 #112). Lifetimes only shrink, never below ``pos``: no answer given before
+        changes, a later buffer of the same call sees it computed, also one ``moved`` there."""
         due = self._due.get(node, -1)
         if due <= pos:
             return  # eager, or computed by then anyway
@@ -397,7 +398,7 @@ class AliasAnalysis(ScatterReads, ShiftedVersions):
             # A node the pass emitted sits before the call it was emitted for, this one or an
             # earlier one, and is taken there (a view of an argument, a pin) or computed there
             # (a clone of a buffer, a value computed before the call): by ``pos`` either way.
-            if p is None or p >= pos or read_kind(u.target) == READS_NOTHING:
+            if p is None or p >= pos or (pinned and read_kind(u.target) == READS_NOTHING):
                 continue
             later = self._due.get(u, -1)
             at = max(at, p if later < 0 else later)
@@ -407,8 +408,7 @@ class AliasAnalysis(ScatterReads, ShiftedVersions):
                 r.live_until = min(r.live_until, at)
 
     def computed_before(self, node: fx.Node, pos: int) -> bool:
-        """Whether the analysis knows ``node``, lazy, to be computed before position ``pos``
-        (Note [Values computed where they are taken])."""
+        """Whether the analysis knows ``node``, lazy, to be computed before position ``pos``."""
         due = self._due.get(node, -1)
         return 0 <= due < pos
 

@@ -408,7 +408,7 @@ def apply_plan(ctx: Pass, node: fx.Node, plan: Plan, outputs: list[fx.Node]) -> 
         # [Values computed where they are taken] in backends/inductor/policy.py)
         for view in view_walk(base):
             if view.op == "call_function" and view.args and late.taken(view, view.args[0]):
-                analysis.computed_by(view.args[0], analysis.position[node])
+                analysis.computed_by(view.args[0], analysis.position[node], pinned=True)
     return base
 
 
