@@ -24,6 +24,7 @@ from ...passes.walks import input_copies, users_through_views, view_root
 from ...regions import contains, region_of, same_geometry
 from ...symbolic import known
 from .copy_backs import in_memory_of, read_after, shares_memory_with_another
+from .evaluation import reshape_view
 from .ops import FRESH_ALIAS
 
 __all__ = [
@@ -354,12 +355,26 @@ def regenerated_outputs_of_inputs(ctx) -> None:
     }
     for i in sorted(ctx.regenerated):
         chain, node = [], flat[i] if flat is not None and i < len(flat) else None
-        while isinstance(node, fx.Node) and node not in sources and node.target in VIEW_ATEN:
+        # (a piece of a split and a reshape Inductor lowers as a view are views too: fuzz seed
+        # 20261936 #144, ``a.permute(1, 0).mul_(0.5)`` returned through ``view(12).split``)
+        while (
+            isinstance(node, fx.Node)
+            and node not in sources
+            and (node.target in VIEW_OPS or reshape_view(node))
+        ):
             chain.append(node)
             node = node.args[0]
         dst = sources.get(node) if isinstance(node, fx.Node) else None
         if dst is None or not chain or not one_layout(dst.meta.get("val"), node.meta.get("val")):
             continue
-        if all(len(n.users) == 1 for n in chain):  # the output's views alone
+        if all(len([u for u in n.users if _used(u)]) == 1 for n in chain):  # the output's alone
             chain[-1].replace_input_with(node, dst)
+
+
+def _used(node: fx.Node) -> bool:
+    """Whether ``node`` is used: not a view whose uses, through views, all go unused (a split
+    whose pieces nothing takes, which Inductor drops)."""
+    if node.target not in VIEW_OPS:
+        return True
+    return any(_used(u) for u in node.users)
 
