@@ -1803,12 +1803,16 @@ def constant_scanned_before_a_call(a):
     # Note [A constant read apart from the write]: the scan, an extern kernel on a CPU, took a
     # copy of the constant, a buffer of its own (fuzz seed 20261930 #250, shrunk: 144 B over
     # the built-in)
+    t, v, r = _scanned_zeros(a)
+    add_(r, r)
+    return (r, v.unsqueeze(-1), ret_after_write(v, t))
+
+
+def _scanned_zeros(a):
+    """``t = zeros(3, 6)``, a strided view of it, and that view's ``cumsum``."""
     t = torch.zeros((3, 6), dtype=a.dtype, device=a.device)
     v = t[:, 1:6:3]
-    r = v.cumsum(0)
-    add_(r, r)
-    o = ret_after_write(v, t)
-    return (r, v.unsqueeze(-1), o)
+    return t, v, v.cumsum(0)
 
 
 @program(
@@ -1819,9 +1823,7 @@ def constant_scanned_before_a_call(a):
 def constant_scanned_after_a_call(a):
     # Note [A constant read apart from the write]: Inductor moves the scan after the call; its
     # copy of the constant reads the old value (a clone of the written view otherwise)
-    t = torch.zeros((3, 6), dtype=a.dtype, device=a.device)
-    v = t[:, 1:6:3]
-    r = v.cumsum(0)
+    _, v, r = _scanned_zeros(a)
     add_(v, a.sum())
     return (r, v)
 
