@@ -1432,7 +1432,6 @@ def test_a_value_a_call_writes_is_no_pending_read_of_its_input(fuzz_strategy):
     assert report.bytes_cloned == 0, report
 
 
-
 # -- programs the fuzzer found against Note [A buffer copied into an input is the input] -----
 
 # (seed, index, the call the program must hold)

@@ -475,7 +475,9 @@ def realize_before(
                     pinned = emit(ctx, v.target, (pinned, *v.args[1:]), v.kwargs)
                     analysis.track(pinned, v)
             for n in (root, *views):
-                analysis.computed_by(n, analysis.position[call], n in plan.moved, pinned=True)
+                analysis.computed_by(
+                    n, analysis.position[call], moved=n in plan.moved, pinned=True
+                )
             for u in later:
                 u.replace_input_with(f, pinned)
             continue
