@@ -50,6 +50,7 @@ from .lazy_reads import (
     realize_before,
 )
 from .ops import DTYPE_VIEW, FRESH_ALIAS, WRITTEN
+from .reads_apart import realize_reads_apart
 from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
 
 __all__ = ["INDUCTOR", "InductorPolicy", "computed_where_taken", "lazy_under_inductor"]
@@ -100,6 +101,7 @@ class InductorPolicy(Policy):
             scatters_into_inputs,
             regenerated_outputs_of_inputs,  # Note [Regenerated outputs taken from the input]
             *REPAIRS_AFTER,
+            realize_reads_apart,  # Note [A write that reads its own memory elsewhere]
         )
 
     # -- realize: Notes [Lazy reads computed before the call], [Reads moved back before the

@@ -1,0 +1,121 @@
+"""Note [A write that reads its own memory elsewhere] (backends/inductor/reads_apart.py): a copy
+into a graph input, after a call that wrote the input in place, whose value reads the input at
+other elements than it writes; checked against eager under Inductor (outputs and final
+inputs), with the copies the repair adds."""
+
+import pytest
+import torch
+
+import autofunc
+from autofunc.passes.copies import CopyKind
+from autofunc.reports import collect_reports
+from tools import fuzzing as fuzz  # the autofunc_fuzz ops
+
+from tests.passes.test_inductor_hazards import check_fuzz_ops, check_inductor
+
+
+@torch.library.custom_op("autofunc_reads_apart::scale", mutates_args={"x"})
+def scale(x: torch.Tensor) -> None:
+    x.mul_(1.5)
+
+
+@pytest.fixture(params=["v1", "v2"])
+def strategy(request):
+    reg = autofunc.register(scale, strategy=request.param)
+    yield request.param
+    reg.remove()
+
+
+def _repairs(reports):
+    return [c.nbytes for r in reports for c in r.copies if c.kind is CopyKind.REPAIR]
+
+
+def _checked(fn, *inputs):
+    """``fn`` against eager under Inductor; the bytes of each copy the repairs added."""
+    torch._dynamo.reset()
+    with collect_reports() as reports:
+        check_inductor(fn, *inputs)
+    return _repairs(reports)
+
+
+def one_element_broadcast(b):
+    scale(b)
+    b[1, :, 0].add_(b[1, 0, 0] * 2)  # b[1, 0, 0] is written first, then read twice
+
+
+def flipped(b):
+    scale(b)
+    b.copy_(b.flip(0) + 1)
+
+
+def reduced_and_broadcast(b):
+    scale(b)
+    b.add_(b[0].sum() * 0.5)  # Inductor computes the sum into a buffer of its own first
+
+
+def unrolled_reduction(b):
+    scale(b)
+    b.add_(b.sum(-1, keepdim=True))  # a sum of two elements Inductor computes inline
+
+
+def _b():
+    torch.manual_seed(0)
+    return torch.randn(5, 3, 2, dtype=torch.float64)
+
+
+@pytest.mark.parametrize(
+    "fn, nbytes",
+    [(one_element_broadcast, [8]), (flipped, [240]), (unrolled_reduction, [120])],
+    ids=["one_element_broadcast", "flipped", "unrolled_reduction"],
+)
+def test_a_value_read_apart_is_computed_first(strategy, fn, nbytes):
+    # PyTorch's built-in writes these wrong (its own op writes b in place the same way)
+    assert _checked(fn, _b()) == nbytes
+
+
+def row_from_another_row(b):
+    scale(b)
+    b[1].add_(b[0])  # reads memory the write leaves as it was
+
+
+def row_scaled(b):
+    scale(b)
+    b[1, :, 0].mul_(b[1, :, 0])  # reads each element where it writes it
+
+
+def before_the_call(b):
+    r = b[1, 0, 0] * 2  # read before the call: the value eager adds is the old one
+    scale(b)
+    b[1, :, 0].add_(r)
+    return r
+
+
+@pytest.mark.parametrize(
+    "fn", [row_from_another_row, row_scaled, before_the_call, reduced_and_broadcast]
+)
+def test_reads_where_nothing_changes_are_left(strategy, fn):
+    assert _checked(fn, _b()) == []
+
+
+def shrunk_20261937_164(a, b):
+    v0 = b[1, :, 0]
+    v1 = v0[-3]
+    fuzz.m3way(v1, b, b)
+    v2 = v1.as_strided([1], [1], 25)
+    r3 = v1.sum() * -2.0
+    v0.add_(r3)
+    fuzz.mcache(v2, v2, torch.tensor([0]))
+    r3.mul_(0.5)
+    return (r3,)
+
+
+@pytest.mark.parametrize("fuzz_strategy", ["v1", "v2"])
+def test_fuzz_20261937_164(fuzz_strategy):
+    # the sum of b[1, 0, 0] was computed inline where b[1, :, 0] is written (v1 and v2; the
+    # built-in keeps a copy of b there)
+    torch.manual_seed(0)
+    a = torch.randn(6, dtype=torch.float64)[1:]
+    b = torch.randn(5, 3, 2, dtype=torch.float64)
+    with collect_reports() as reports:
+        check_fuzz_ops(shrunk_20261937_164, fuzz_strategy, a, b)
+    assert _repairs(reports) == [8]
