@@ -83,6 +83,18 @@ def row_scaled(b):
     b[1, :, 0].mul_(b[1, :, 0])  # reads each element where it writes it
 
 
+def diagonal_written_twice(b):
+    scale(b)
+    d = b[0].diagonal()
+    d.mul_(0.5)
+    d.mul_(2.0)  # reads the first write through the same view
+
+
+def element_of_a_flat_view(b):
+    scale(b)
+    b.view(-1)[3:][20].mul_(2.0)  # the scatter is reshaped back into b's shape
+
+
 def before_the_call(b):
     r = b[1, 0, 0] * 2  # read before the call: the value eager adds is the old one
     scale(b)
@@ -91,7 +103,15 @@ def before_the_call(b):
 
 
 @pytest.mark.parametrize(
-    "fn", [row_from_another_row, row_scaled, before_the_call, reduced_and_broadcast]
+    "fn",
+    [
+        row_from_another_row,
+        row_scaled,
+        diagonal_written_twice,
+        element_of_a_flat_view,
+        before_the_call,
+        reduced_and_broadcast,
+    ],
 )
 def test_reads_where_nothing_changes_are_left(strategy, fn):
     assert _checked(fn, _b()) == []

@@ -6,6 +6,7 @@
 * ``repairs`` (with ``share_views``): the rewrites that keep Inductor's lowering right.
 * ``ops``: the ``fresh_alias`` and ``written`` ops the pass leaves for Inductor.
 * ``lazy_reads``: values Inductor computes late, computed or moved before a call instead.
+* ``reads_apart``: what a copy into a written input reads of it elsewhere, computed first.
 
 Importing this package imports nothing of Inductor; ``glue`` and ``policy`` do.
 """

@@ -42,10 +42,11 @@ from typing import Any
 
 import torch
 from torch import fx
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from ...passes.emit import emit, fake_values
 from ...passes.memory_ops import SCATTER_VIEWS, VIEW_OPS
-from ...passes.walks import copy_calls, view_root
+from ...passes.walks import copy_calls, view_root, view_walk
 from ...regions import Region, overlaps, region_of, same_geometry
 from ...symbolic import known
 from .evaluation import lazy_under_inductor
@@ -59,6 +60,8 @@ _aten = torch.ops.aten
 _ALIASES = VIEW_OPS | {FRESH_ALIAS, DTYPE_VIEW}
 # The ops that tuple views come from (``getitem`` of another node's tuple is a result).
 _TUPLE_VIEWS = frozenset({_aten.split.Tensor, _aten.split_with_sizes.default, _aten.unbind.int})
+# Reshapes, views where the sizes allow (Inductor lowers them so).
+_RESHAPES = frozenset({_aten.reshape.default, _aten.view.default, _aten._unsafe_view.default})
 # Scatters whose view addresses their first input's memory the way the result addresses its own.
 _SCATTERS = {t: v for t, v in SCATTER_VIEWS.items() if t != _aten.as_strided_scatter.default}
 # Ops that read a tensor argument's size and dtype, none of its elements.
@@ -84,9 +87,9 @@ _PIN = "autofunc.pin"  # (``emit.pin_layout``'s mark)
 
 
 def realize_reads_apart(ctx: Any) -> None:
-    """Note [A write that reads its own memory elsewhere]: for each ``copy_`` into a graph input
-    an extern kernel wrote before, compute what its value reads of the input apart from the
-    written elements into a buffer of its own first."""
+    """For each ``copy_`` into a graph input an extern kernel wrote before, compute what its
+    value reads of the input apart from the written elements into a buffer of its own first
+    (Note [A write that reads its own memory elsewhere])."""
     graph = ctx.gm.graph
     written = _written_inputs(graph)
     walk = _Walk(ctx)
@@ -130,6 +133,14 @@ def _bound(node: fx.Node, target: Any) -> list[Any]:
         args[i] if i < len(args) else node.kwargs.get(a.name)
         for i, a in enumerate(target._schema.arguments)
     ]
+
+
+def _same_storage(a: Any, b: Any) -> bool:
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
+    )
 
 
 def _tensor_args(node: fx.Node) -> list[fx.Node]:
@@ -184,7 +195,9 @@ class _Walk:
         if node.op == "placeholder":
             val = node.meta.get("val")
             return (node, val) if isinstance(val, torch.Tensor) else None
-        if node.op != "call_function" or node.target not in _ALIASES or node.meta.get(_PIN):
+        if node.op != "call_function" or node.meta.get(_PIN):
+            return None
+        if node.target not in _ALIASES and node.target not in _RESHAPES:
             return None
         if node.target is operator.getitem and node.args[0].target not in _TUPLE_VIEWS:
             return None
@@ -196,6 +209,8 @@ class _Walk:
             val = node.target(base[1], *rest[0], **rest[1])
         except Exception:  # noqa: BLE001 - a view the fake value does not take: unknown
             return None
+        if node.target in _RESHAPES and not _same_storage(val, base[1]):
+            return None  # (a reshape that copies)
         return (base[0], val) if isinstance(val, (torch.Tensor, tuple, list)) else None
 
     def reads_apart(
@@ -207,6 +222,13 @@ class _Walk:
         changed: list[Region] = []
         apart: list[tuple[fx.Node, fx.Node]] = []
         todo, seen = [(value, place[1], writer)], set()
+        # computed node -> where it lands (a scatter's first input, known before its source
+        # is walked: ``kv[1].mul_(2)`` twice reads the first scatter through its view)
+        placed: dict[fx.Node, list[torch.Tensor]] = {value: [place[1]]}
+
+        def push(n: fx.Node, where: torch.Tensor, by: fx.Node) -> None:
+            todo.append((n, where, by))
+            placed.setdefault(n, []).append(where)
         while todo:
             node, at, reader = todo.pop()
             if (node, id(at)) in seen:
@@ -219,16 +241,18 @@ class _Walk:
                     changed.append(here)
                     apart.append((node, reader))
                 continue
+            if self._views_in_place(node, at, placed):  # (its root's walk reads for it)
+                continue
             val = node.meta.get("val")
             if node.target in _SCATTERS and _same_shape(val, at) and not _realized(node):
                 # (what it changes is what its two inputs change where they land)
-                todo.append((node.args[0], at, node))
+                push(node.args[0], at, node)
                 lands = self._lands(node, at)
                 if lands is None:
                     changed.append(here)
                     apart.append((node.args[1], node))
                 else:
-                    todo.append((node.args[1], lands, node))
+                    push(node.args[1], lands, node)
                 continue
             changed.append(here)
             if _realized(node):
@@ -236,18 +260,54 @@ class _Walk:
             if _elementwise(node) and _same_shape(val, at):
                 for a in _tensor_args(node):
                     if _same_shape(a.meta.get("val"), at):
-                        todo.append((a, at, node))
+                        push(a, at, node)
                     else:
                         apart.append((a, node))
+            elif node.target in _RESHAPES and self._unshaped(node, at) is not None:
+                push(node.args[0], self._unshaped(node, at), node)
             elif node.target is _aten.copy.default and _same_shape(val, at):
                 src = node.args[1]
                 if isinstance(src, fx.Node) and _same_shape(src.meta.get("val"), at):
-                    todo.append((src, at, node))
+                    push(src, at, node)
                 elif isinstance(src, fx.Node):
                     apart.append((src, node))
             else:
                 apart.append((node, reader))
         return [(a, r) for a, r in apart if self._reads(a, x, changed)]
+
+    def _views_in_place(
+        self, node: fx.Node, at: torch.Tensor, placed: dict[fx.Node, list[torch.Tensor]]
+    ) -> bool:
+        """Whether ``node`` is a chain of views of a computed node that lands where the chain,
+        run on that node's place, lands: ``at``."""
+        chain = list(view_walk(node, _ALIASES))
+        root = chain.pop()
+        if not chain or root not in placed:
+            return False
+        for where in placed[root]:
+            val: Any = where
+            try:
+                for v in reversed(chain):
+                    rest = fake_values((v.args[1:], dict(v.kwargs)))
+                    val = v.target(val, *rest[0], **rest[1])
+            except Exception:  # noqa: BLE001 - a view that does not replay there: not in place
+                continue
+            if isinstance(val, torch.Tensor) and same_geometry(val, at):
+                return True
+        return False
+
+    def _unshaped(self, node: fx.Node, at: torch.Tensor) -> torch.Tensor | None:
+        """Where the input of the reshape ``node`` lands when ``node`` lands at ``at`` (``None``
+        where ``at`` takes no view of the input's shape)."""
+        src = node.args[0]
+        val = src.meta.get("val") if isinstance(src, fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            return None
+        try:
+            out = at.view(val.shape)
+        except Exception:  # noqa: BLE001 - no view of that shape there
+            return None
+        return out if _same_storage(out, at) else None
 
     def _lands(self, scatter: fx.Node, at: torch.Tensor) -> torch.Tensor | None:
         """Where ``scatter``'s source lands when the scatter lands at ``at``."""
