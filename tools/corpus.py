@@ -1896,3 +1896,32 @@ def overlapping_value_written_through_a_view(*_):
     r2 = t0.cumsum(0)
     v3, v4 = r2.split([1, 1], 0)
     return (ret_after_write(v4, t0),)
+
+
+@program(
+    lambda: (torch.randn(5, 3, 2, dtype=torch.float64), torch.randn(4, dtype=torch.float64)),
+    "add_(b, a.sum()); v = b[1, :, 0]; v.add_(v[0] * 2): a row written from its own first "
+    "element, after a call wrote the input",
+    necessary_bytes=8,  # measured on this CPU: a.sum(), then v[0] * 2 in its buffer
+)
+def row_written_from_its_own_element(b, a):
+    # Note [A write that reads its own memory elsewhere]: Inductor computed v[0] * 2 inline in
+    # the loop writing the row into b, reading v[0] after it wrote it (fuzz seed 20261937 #164,
+    # shrunk; PyTorch's built-in is wrong the same way)
+    add_(b, a.sum())
+    v = b[1, :, 0]
+    v.add_(v[0] * 2.0)
+    return ()
+
+
+@program(
+    lambda: (torch.randn(5, 3, 2, dtype=torch.float64), torch.randn(4, dtype=torch.float64)),
+    "add_(b, a.sum()); b.copy_(b.flip(0) + 1): an input written from its own flip, after a "
+    "call wrote it",
+    necessary_bytes=8 + 240,  # a.sum() and the flip, as eager
+)
+def input_written_from_its_own_flip(b, a):
+    # Note [A write that reads its own memory elsewhere] (PyTorch's built-in is wrong here)
+    add_(b, a.sum())
+    b.copy_(b.flip(0) + 1.0)
+    return ()

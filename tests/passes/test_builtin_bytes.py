@@ -170,7 +170,11 @@ def test_no_more_bytes_than_the_builtin_v2(name):
 # programs on which the built-in v2 is wrong: autofunc is right, copies nothing and allocates
 # no more (Note [Values computed where they are taken]: a view taken before a pin, 40 B more
 # than the built-in's wrong program before)
-BUILTIN_WRONG = ["pinned_value_viewed_before_two_writes"]
+BUILTIN_WRONG = [
+    "pinned_value_viewed_before_two_writes",
+    "row_written_from_its_own_element",
+    "input_written_from_its_own_flip",
+]
 
 
 @pytest.mark.parametrize("name", BUILTIN_WRONG)
@@ -178,7 +182,9 @@ def test_no_copy_where_the_builtin_v2_is_wrong(name):
     ours, builtin = (run_program(name, c) for c in ("autofunc_v2", "builtin_v2"))
     assert not builtin.error and not builtin.correct, builtin  # the reason it is listed here
     assert not ours.error and ours.correct, ours
-    assert ours.clones == 0 and ours.allocated <= builtin.allocated, (ours, builtin)
+    # no more than the wrong built-in, or than the program needs where being right costs more
+    bar = max(builtin.allocated, corpus.PROGRAMS[name].necessary_bytes or 0)
+    assert ours.clones == 0 and ours.allocated <= bar, (ours, builtin)
 
 
 def test_a_reduction_inductor_unrolls_is_still_a_lazy_read(strategy):
