@@ -5,13 +5,13 @@ inputs), with the copies the repair adds."""
 
 import pytest
 import torch
+import torch._inductor.config as inductor_config
 
 import autofunc
 from autofunc.passes.copies import CopyKind
 from autofunc.reports import collect_reports
+from autofunc.testing import run_against_eager
 from tools import fuzzing as fuzz  # the autofunc_fuzz ops
-
-from tests.passes.test_inductor_hazards import check_fuzz_ops, check_inductor
 
 
 @torch.library.custom_op("autofunc_reads_apart::scale", mutates_args={"x"})
@@ -24,6 +24,11 @@ def strategy(request):
     reg = autofunc.register(scale, strategy=request.param)
     yield request.param
     reg.remove()
+
+
+def check_inductor(fn, *inputs):
+    check = run_against_eager(fn, torch.compile(fn, fullgraph=True), inputs)
+    assert check.correct, check.mismatch
 
 
 def _repairs(reports):
@@ -136,6 +141,8 @@ def test_fuzz_20261937_164(fuzz_strategy):
     torch.manual_seed(0)
     a = torch.randn(6, dtype=torch.float64)[1:]
     b = torch.randn(5, 3, 2, dtype=torch.float64)
-    with collect_reports() as reports:
-        check_fuzz_ops(shrunk_20261937_164, fuzz_strategy, a, b)
+    with autofunc.override(fuzz_strategy, fuzz.OPS), inductor_config.patch(fx_graph_cache=False):
+        torch._dynamo.reset()
+        with collect_reports() as reports:
+            check_inductor(shrunk_20261937_164, a, b)
     assert _repairs(reports) == [8]

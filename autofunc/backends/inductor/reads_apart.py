@@ -51,6 +51,7 @@ from ...regions import Region, overlaps, region_of, same_geometry
 from ...symbolic import known
 from .evaluation import lazy_under_inductor
 from .ops import DTYPE_VIEW, FRESH_ALIAS
+from .repairs import INPLACEABLE
 
 __all__ = ["realize_reads_apart"]
 
@@ -92,7 +93,7 @@ def realize_reads_apart(ctx: Any) -> None:
     (Note [A write that reads its own memory elsewhere])."""
     graph = ctx.gm.graph
     written = _written_inputs(graph)
-    walk = _Walk(ctx)
+    walk = _Walk(ctx, _extern_uses(graph))
     for copy in copy_calls(graph):
         dst, src = copy.args[0], copy.args[1]
         if not isinstance(src, fx.Node):
@@ -102,6 +103,7 @@ def realize_reads_apart(ctx: Any) -> None:
             continue
         if not any(n < copy for n in written.get(place[0], ())):
             continue
+        walk.writer = copy
         for arg, reader in walk.reads_apart(src, place, copy):
             walk.realize(arg, reader)
 
@@ -123,6 +125,22 @@ def _written_inputs(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
                 root = view_root(v, _ALIASES)
                 if isinstance(root, fx.Node) and root.op == "placeholder":
                     out.setdefault(root, []).append(node)
+    return out
+
+
+def _extern_uses(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
+    """The root of each tensor an extern kernel takes (an op neither ATen nor prims: a call,
+    a HOP, the pass's own ops) -> the first such kernel: Inductor computes it into a buffer of
+    its own there at the latest."""
+    out: dict[fx.Node, fx.Node] = {}
+    for node in graph.nodes:
+        target = node.target
+        if node.op != "call_function" or target is operator.getitem:
+            continue
+        if getattr(target, "namespace", None) in ("aten", "prims"):
+            continue
+        for a in node.all_input_nodes:
+            out.setdefault(view_root(a, _ALIASES), node)
     return out
 
 
@@ -163,23 +181,30 @@ def _elementwise(node: fx.Node) -> bool:
     )
 
 
-def _realized(node: fx.Node) -> bool:
-    """Whether Inductor reads ``node`` from a buffer of its own, computed where it stands: a
-    graph input or constant, an extern kernel's result, a copy, a pin, a reduction Inductor
-    computes apart (``evaluation.lazy_under_inductor``)."""
-    if node.op != "call_function" or node.meta.get(_PIN):
-        return True
-    return not lazy_under_inductor(node)
-
-
 class _Walk:
     """The walks of one graph: views replayed over their input's fake value, and the values
     computed into buffers of their own so far."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, extern_uses: dict[fx.Node, fx.Node]) -> None:
         self.ctx = ctx
+        self._extern_uses = extern_uses
+        self.writer: fx.Node | None = None  # the copy_ being walked
         self._replayed: dict[fx.Node, tuple[fx.Node, Any] | None] = {}
         self._copies: dict[fx.Node, fx.Node] = {}
+
+    def _realized(self, node: fx.Node) -> bool:
+        """Whether Inductor reads ``node`` from a buffer of its own, computed before the copy:
+        a graph input or constant, a copy, a pin, a reduction Inductor computes apart
+        (``evaluation.lazy_under_inductor``), a value an extern kernel took before the copy
+        (a buffer a call writes among them), but for a scatter Inductor re-inplaces into an
+        input, whose kernel is the one writing the input."""
+        if node.op != "call_function" or node.meta.get(_PIN) or not lazy_under_inductor(node):
+            return True
+        root = view_root(node, _ALIASES)
+        first = self._extern_uses.get(root)
+        if first is None or self.writer is None or not first < self.writer:
+            return False
+        return view_root(root, _ALIASES | INPLACEABLE).op != "placeholder"
 
     def replay(self, node: Any) -> tuple[fx.Node, torch.Tensor] | None:
         """``(x, t)`` where ``node`` is a chain of views of the graph input ``x``: ``t`` the
@@ -244,7 +269,7 @@ class _Walk:
             if self._views_in_place(node, at, placed):  # (its root's walk reads for it)
                 continue
             val = node.meta.get("val")
-            if node.target in _SCATTERS and _same_shape(val, at) and not _realized(node):
+            if node.target in _SCATTERS and _same_shape(val, at) and not self._realized(node):
                 # (what it changes is what its two inputs change where they land)
                 push(node.args[0], at, node)
                 lands = self._lands(node, at)
@@ -255,7 +280,7 @@ class _Walk:
                     push(node.args[1], lands, node)
                 continue
             changed.append(here)
-            if _realized(node):
+            if self._realized(node):
                 continue
             if _elementwise(node) and _same_shape(val, at):
                 for a in _tensor_args(node):
@@ -330,7 +355,7 @@ class _Walk:
                 if here is None or any(overlaps(here, c) for c in changed):
                     return True
                 continue
-            if _realized(n) or n.target in _SHAPE_ONLY:
+            if self._realized(n) or n.target in _SHAPE_ONLY:
                 continue
             ins = n.all_input_nodes
             if n.target is _aten.copy.default:
