@@ -1925,3 +1925,22 @@ def input_written_from_its_own_flip(b, a):
     add_(b, a.sum())
     b.copy_(b.flip(0) + 1.0)
     return ()
+
+
+@program(
+    lambda: (
+        torch.randn(4, 6, 4, 1, dtype=torch.float64),
+        torch.randn(4, 6, 4, dtype=torch.float64),
+    ),
+    "t = b * 2; u = t.clone(); add_(a, t.unsqueeze(3)); two(t, u): a view of a value a call "
+    "reads before a later call takes the value whole",
+)
+def view_read_then_value_taken_whole(a, b):
+    # Note [A view of a value a later call takes whole]: Inductor computed t twice, the view for
+    # add_ into a buffer of its own and t for two (fuzz seed 20261937 #65, shrunk: 768 B over
+    # the built-in; Inductor drops the clone u, so two takes t twice and one is cloned)
+    t = b * 2.0
+    u = t.clone()
+    add_(a, t.unsqueeze(3))
+    two(t, u)
+    return (u,)

@@ -58,6 +58,7 @@ CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
 CLONED += ["returned_read_before_a_smaller_write"]  # Note [Values alive across the call]
 CLONED += ["lazy_source_read_after_its_clone"]  # Note [A lazy source read after its clone]
 CLONED += ["clone_taken_through_a_view"]  # Note [A clone the op takes through views]
+CLONED += ["view_read_then_value_taken_whole"]  # Note [A view of a value a later call takes whole]
 CLONED += ["overlapping_value_written_through_a_view"]  # Note [A write no one reads]
 # Fuzz programs kept as drawn (seed, index): one object passed as two arguments of a call, the
 # second a fresh alias Inductor runs as an extern kernel (Note [Arguments keep their identity]);
@@ -156,6 +157,9 @@ FUZZ += [(20261935, 247)]
 # outputs regenerated from an input through a reshape Inductor lowers as a view and a piece of a
 # split (Note [Regenerated outputs taken from the input]: 96 B over before)
 FUZZ += [(20261936, 144)]
+# a view of a value one call reads, the value taken whole by a later call: computed twice
+# (Note [A view of a value a later call takes whole]: 704 B over before)
+FUZZ += [(20261937, 65)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

@@ -7,6 +7,7 @@
 * ``ops``: the ``fresh_alias`` and ``written`` ops the pass leaves for Inductor.
 * ``lazy_reads``: values Inductor computes late, computed or moved before a call instead.
 * ``reads_apart``: what a copy into a written input reads of it elsewhere, computed first.
+* ``taken_views``: a value a later call takes whole, pinned where a call takes a view of it.
 
 Importing this package imports nothing of Inductor; ``glue`` and ``policy`` do.
 """

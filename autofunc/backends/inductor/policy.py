@@ -51,6 +51,7 @@ from .lazy_reads import (
 )
 from .ops import DTYPE_VIEW, FRESH_ALIAS, WRITTEN
 from .reads_apart import realize_reads_apart
+from .taken_views import views_of_values_taken_later
 from .repairs import REPAIRS_AFTER, REPAIRS_BEFORE
 
 __all__ = ["INDUCTOR", "InductorPolicy", "computed_where_taken", "lazy_under_inductor"]
@@ -100,6 +101,7 @@ class InductorPolicy(Policy):
             inputs_as_buffers,
             scatters_into_inputs,
             regenerated_outputs_of_inputs,  # Note [Regenerated outputs taken from the input]
+            views_of_values_taken_later,  # Note [A view of a value a later call takes whole]
             *REPAIRS_AFTER,
             realize_reads_apart,  # Note [A write that reads its own memory elsewhere]
         )
