@@ -26,7 +26,6 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-import torch
 from torch import fx
 
 from ...passes.emit import emit, pin_layout
