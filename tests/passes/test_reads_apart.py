@@ -146,3 +146,15 @@ def test_fuzz_20261937_164(fuzz_strategy):
         with collect_reports() as reports:
             check_inductor(shrunk_20261937_164, a, b)
     assert _repairs(reports) == [8]
+
+
+@pytest.mark.parametrize("fn", [one_element_broadcast, flipped, diagonal_written_twice])
+def test_dynamic_sizes(strategy, fn):
+    # the walk compares symbolic geometry; a second size runs the same graph
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, dynamic=True)
+    for shape in [(5, 3, 2), (7, 3, 4)]:
+        torch.manual_seed(0)
+        b = torch.randn(*shape, dtype=torch.float64)
+        check = run_against_eager(fn, compiled, (b,))
+        assert check.correct, (shape, check.mismatch)
