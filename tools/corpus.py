@@ -1944,3 +1944,36 @@ def view_read_then_value_taken_whole(a, b):
     add_(a, t.unsqueeze(3))
     two(t, u)
     return (u,)
+
+
+@program(
+    lambda: (
+        torch.randn(5, 3, 2, dtype=torch.float64),
+        torch.randn(4, dtype=torch.float64),
+        torch.tensor([1, 3]),
+        torch.randn(2, 3, 2, dtype=torch.float64),
+    ),
+    "add_(b, a.sum()); b.index_put_((i,), v): an indexed write into an input a call wrote",
+)
+def index_put_after_a_call(b, a, i, v):
+    # Note [A write that reads its own memory elsewhere]: the input the indexed write starts
+    # from lands where it writes; only its values may be read apart (the first form of the
+    # repair copied the whole input here)
+    add_(b, a.sum())
+    b.index_put_((i,), v)
+    return ()
+
+
+@program(
+    lambda: (torch.randn(5, 3, 2, dtype=torch.float64), torch.randn(4, dtype=torch.float64)),
+    "add_(b, a.sum()); b[1:3] = b[0:2].clone() + 1: rows written from the rows before them, "
+    "after a call wrote the input",
+    necessary_bytes=8 + 96,  # a.sum() and the clone, as eager
+)
+def rows_shifted_after_a_call(b, a):
+    # Note [A write that reads its own memory elsewhere]: Inductor drops the clone and reads
+    # row 1 in the loop that writes it (right by chance where a vector load takes both rows;
+    # PyTorch's built-in is wrong here)
+    add_(b, a.sum())
+    b[1:3] = b[0:2].clone() + 1.0
+    return ()

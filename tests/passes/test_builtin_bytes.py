@@ -52,6 +52,7 @@ FOUND = [
     "constant_scanned_after_a_call",
     "regenerated_view_of_a_written_input",  # Note [Regenerated outputs taken from the input]
     "read_moved_back_for_two_buffers",  # Note [Reads moved back before the call]
+    "index_put_after_a_call",  # Note [A write that reads its own memory elsewhere]
 ]
 # the old value is read after the call: the clone stays, as small as the built-in's copy
 CLONED = ["clone_for_aliased_arguments"]  # Note [A contiguous clone pinned]
@@ -178,6 +179,7 @@ BUILTIN_WRONG = [
     "pinned_value_viewed_before_two_writes",
     "row_written_from_its_own_element",
     "input_written_from_its_own_flip",
+    "rows_shifted_after_a_call",
 ]
 
 

@@ -58,20 +58,30 @@ def reduced_and_broadcast(b):
     b.add_(b[0].sum() * 0.5)  # Inductor computes the sum into a buffer of its own first
 
 
+def shifted_rows(b):
+    scale(b)
+    b[1:3] = b[0:2].clone() + 1.0  # Inductor drops the clone: row 1 is read after it is written
+
+
 def unrolled_reduction(b):
     scale(b)
-    b.add_(b.sum(-1, keepdim=True))  # a sum of two elements Inductor computes inline
+    b.add_(b[..., :2].sum(-1, keepdim=True))  # a sum of two elements Inductor computes inline
 
 
 def _b():
     torch.manual_seed(0)
-    return torch.randn(5, 3, 2, dtype=torch.float64)
+    return torch.randn(5, 3, 8, dtype=torch.float64)  # rows longer than one vector
 
 
 @pytest.mark.parametrize(
     "fn, nbytes",
-    [(one_element_broadcast, [8]), (flipped, [240]), (unrolled_reduction, [120])],
-    ids=["one_element_broadcast", "flipped", "unrolled_reduction"],
+    [
+        (one_element_broadcast, [8]),
+        (flipped, [5 * 3 * 8 * 8]),
+        (unrolled_reduction, [5 * 3 * 8]),
+        (shifted_rows, [2 * 3 * 8 * 8]),
+    ],
+    ids=["one_element_broadcast", "flipped", "unrolled_reduction", "shifted_rows"],
 )
 def test_a_value_read_apart_is_computed_first(strategy, fn, nbytes):
     # PyTorch's built-in writes these wrong (its own op writes b in place the same way)
@@ -100,6 +110,11 @@ def element_of_a_flat_view(b):
     b.view(-1)[3:][20].mul_(2.0)  # the scatter is reshaped back into b's shape
 
 
+def index_put_after_a_call(b):
+    scale(b)
+    b.index_put_((torch.tensor([1, 3]),), torch.ones(2, 3, 8, dtype=b.dtype), accumulate=True)
+
+
 def before_the_call(b):
     r = b[1, 0, 0] * 2  # read before the call: the value eager adds is the old one
     scale(b)
@@ -114,6 +129,7 @@ def before_the_call(b):
         row_scaled,
         diagonal_written_twice,
         element_of_a_flat_view,
+        index_put_after_a_call,
         before_the_call,
         reduced_and_broadcast,
     ],

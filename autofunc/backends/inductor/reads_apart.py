@@ -65,6 +65,21 @@ _TUPLE_VIEWS = frozenset({_aten.split.Tensor, _aten.split_with_sizes.default, _a
 _RESHAPES = frozenset({_aten.reshape.default, _aten.view.default, _aten._unsafe_view.default})
 # Scatters whose view addresses their first input's memory the way the result addresses its own.
 _SCATTERS = {t: v for t, v in SCATTER_VIEWS.items() if t != _aten.as_strided_scatter.default}
+# Ops whose result is their first input with some elements replaced where their other inputs
+# say (Inductor writes them into that input in place).
+_INDEXED_WRITES = frozenset(
+    {
+        _aten.index_put.default,
+        _aten._unsafe_index_put.default,
+        _aten.index_copy.default,
+        _aten.index_add.default,
+        _aten.index_fill.int_Scalar,
+        _aten.scatter.src,
+        _aten.scatter.value,
+        _aten.scatter_add.default,
+        _aten.scatter_reduce.two,
+    }
+)
 # Ops that read a tensor argument's size and dtype, none of its elements.
 _SHAPE_ONLY = frozenset(
     {
@@ -288,6 +303,12 @@ class _Walk:
                         push(a, at, node)
                     else:
                         apart.append((a, node))
+            elif node.target in _INDEXED_WRITES and _same_shape(val, at):
+                # the first input lands where the op does; what replaces its elements lands
+                # where the indices say, anywhere in ``at``
+                base = node.args[0]
+                push(base, at, node)
+                apart.extend((a, node) for a in _tensor_args(node) if a is not base)
             elif node.target in _RESHAPES and self._unshaped(node, at) is not None:
                 push(node.args[0], self._unshaped(node, at), node)
             elif node.target is _aten.copy.default and _same_shape(val, at):
