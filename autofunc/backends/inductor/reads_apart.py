@@ -22,17 +22,22 @@ b[1, :, 0].add_(b[1, 0, 0] * 2)``, ``w(b); b.copy_(b.flip(0) + 1)``), and plain 
 after ``b.index_put_(...)``.
 
 So for each such ``copy_`` the repair follows the copied value down to where its elements come
-from: through pointwise nodes of the written shape and through scatters (the first input lands
-where the scatter does, the source where the scatter's view does), down to views of ``x``,
-*aligned* where a view is the written element's own place. What is read otherwise (broadcast,
-reduced, reindexed, a view of ``x`` at another place) and reads, inline, memory of ``x`` that
-the write changes is computed into a buffer of its own first, ``e = empty_like(a); c =
-copy_(e, a)`` right after ``a`` (just before its reader, for a view, whose elements are read
-there), which Inductor computes there (Note [Lazy reads computed before the call] in
-``lazy_reads.py``); its readers read ``c``. Memory the write leaves as it was (outside a
-scatter's view) may be read anywhere; a realized value (an extern kernel's result, a pin, a
-copy) is read from its own buffer. The copy costs the value's bytes, only where the loop would
-read a value it wrote: the built-in keeps a copy of the whole input there, or is wrong.
+from: through pointwise nodes of the written shape, scatters (the first input lands where the
+scatter does, the source where the scatter's view does), reshapes, views of a value that land
+where the value does (``kv[1].mul_(2)`` twice), and indexed writes (``index_put``, ``scatter``:
+the first input lands where they do), down to views of ``x``, *aligned* where a view is the
+written element's own place. What is read otherwise (broadcast, reduced, reindexed, a view of
+``x`` at another place, an indexed write's values) and reads, inline, memory of ``x`` that the
+write changes is computed into a buffer of its own first, ``fresh_alias(clone(a))`` right after
+``a`` (just before its reader, for a view of ``x``, whose elements are read there): Inductor
+computes the clone into a buffer an extern kernel takes (Note [A fresh alias Inductor keeps] in
+``ops.py``), which no later kernel fuses away, and the readers read the alias. (A plain copy
+into a buffer of its own, ``copy_(empty_like(a), a)``, was fused into the write and read there
+again.) Memory the write leaves as it was (outside a scatter's view) may be read anywhere; a
+realized value (a reduction Inductor computes apart, a pin, a copy, a value an extern kernel
+took before the write, such as a buffer a call writes) is read from its own buffer. The copy
+costs the value's bytes, only where the loop would read a value it wrote; the built-in keeps a
+copy of the whole input there, or is wrong.
 """
 
 from __future__ import annotations
