@@ -125,7 +125,27 @@ def against_builtin(
     failures = {BUILTIN: check(program, BUILTIN, path, allocated)}
     for strategy in strategies:
         failures[strategy] = check(program, strategy, path, allocated)
-    return Verdict(program, path, failures, allocated)
+    verdict = Verdict(program, path, failures, allocated)
+    if any(verdict.outcome(s) == "bytes" for s in strategies):
+        _measure_builtin_again(program, path, allocated)
+    return verdict
+
+
+def _measure_builtin_again(program: FuzzProgram, path: str, allocated: dict[str, int]) -> None:
+    """Note [Bytes measured on equal terms]
+    Inductor keeps state across compiles in one process: the first time it lowers a custom op
+    it registers the op as one whose inputs it realizes early, and from then on it computes such
+    an input where the input stands, which changes which buffers it can reuse. The built-in is
+    compiled first, so it alone ran without that state, and a program could look 8 B over the
+    built-in that is 8 B under it in the other order (fuzz seed 20261940 #103: 480 B against
+    472 B, and 472 B against 480 B with autofunc compiled first). Where autofunc v2 allocates
+    more, the built-in is measured once more, now on the terms autofunc had, and that measure
+    is the bar; its values were judged the first time."""
+    again: dict[str, int] = {}
+    check(program, BUILTIN, path, again)
+    for key in (BUILTIN, peak_key(BUILTIN)):
+        if key in again:
+            allocated[key] = again[key]
 
 
 def check_bytes(program: FuzzProgram, path: str, strategy: str = BYTES_STRATEGY) -> Failure | None:
