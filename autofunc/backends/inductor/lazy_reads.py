@@ -473,7 +473,8 @@ def realize_before(
                 pinned = pins[root]
                 for v in reversed(views):  # the views again, on the pin
                     pinned = emit(ctx, v.target, (pinned, *v.args[1:]), v.kwargs)
-                    analysis.track(pinned, v)
+                    if v in analysis.version:  # (a split's tuple has none: its items do)
+                        analysis.track(pinned, v)
             for n in (root, *views):
                 analysis.computed_by(
                     n, analysis.position[call], moved=n in plan.moved, pinned=True
