@@ -110,6 +110,11 @@ def element_of_a_flat_view(b):
     b.view(-1)[3:][20].mul_(2.0)  # the scatter is reshaped back into b's shape
 
 
+def unsqueezed_input_scaled(b):
+    scale(b)
+    b.unsqueeze(2).mul_(-1.0)  # written through a view that only regroups b's elements
+
+
 def index_put_after_a_call(b):
     scale(b)
     b.index_put_((torch.tensor([1, 3]),), torch.ones(2, 3, 8, dtype=b.dtype), accumulate=True)
@@ -129,6 +134,7 @@ def before_the_call(b):
         row_scaled,
         diagonal_written_twice,
         element_of_a_flat_view,
+        unsqueezed_input_scaled,
         index_put_after_a_call,
         before_the_call,
         reduced_and_broadcast,

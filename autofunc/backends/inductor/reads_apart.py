@@ -23,10 +23,11 @@ after ``b.index_put_(...)``.
 
 So for each such ``copy_`` the repair follows the copied value down to where its elements come
 from: through pointwise nodes of the written shape, scatters (the first input lands where the
-scatter does, the source where the scatter's view does), reshapes, views of a value that land
-where the value does (``kv[1].mul_(2)`` twice), and indexed writes (``index_put``, ``scatter``:
-the first input lands where they do), down to views of ``x``, *aligned* where a view is the
-written element's own place. What is read otherwise (broadcast, reduced, reindexed, a view of
+scatter does, the source where the scatter's view does), reshapes and views that only regroup
+elements (``squeeze``, ``unsqueeze``), views of a value that land where the value does
+(``kv[1].mul_(2)`` twice), and indexed writes (``index_put``, ``scatter``: the first input lands
+where they do), down to views of ``x``, *aligned* where a view is the written element's own
+place. What is read otherwise (broadcast, reduced, reindexed, a view of
 ``x`` at another place, an indexed write's values) and reads, inline, memory of ``x`` that the
 write changes is computed into a buffer of its own first, ``fresh_alias(clone(a))`` right after
 ``a`` (just before its reader, for a view of ``x``, whose elements are read there): Inductor
@@ -68,6 +69,15 @@ _ALIASES = VIEW_OPS | {FRESH_ALIAS, DTYPE_VIEW}
 _TUPLE_VIEWS = frozenset({_aten.split.Tensor, _aten.split_with_sizes.default, _aten.unbind.int})
 # Reshapes, views where the sizes allow (Inductor lowers them so).
 _RESHAPES = frozenset({_aten.reshape.default, _aten.view.default, _aten._unsafe_view.default})
+# Views that keep their input's elements in order, only regrouped (``_unshaped`` inverts them).
+_REGROUPING = _RESHAPES | {
+    _aten.squeeze.dim,
+    _aten.squeeze.dims,
+    _aten.unsqueeze.default,
+    _aten.unflatten.int,
+    _aten.alias.default,
+    _aten.detach.default,
+}
 # Scatters whose view addresses their first input's memory the way the result addresses its own.
 _SCATTERS = {t: v for t, v in SCATTER_VIEWS.items() if t != _aten.as_strided_scatter.default}
 # Ops whose result is their first input with some elements replaced where their other inputs
@@ -314,7 +324,7 @@ class _Walk:
                 base = node.args[0]
                 push(base, at, node)
                 apart.extend((a, node) for a in _tensor_args(node) if a is not base)
-            elif node.target in _RESHAPES and self._unshaped(node, at) is not None:
+            elif node.target in _REGROUPING and self._unshaped(node, at) is not None:
                 push(node.args[0], self._unshaped(node, at), node)
             elif node.target is _aten.copy.default and _same_shape(val, at):
                 src = node.args[1]
@@ -348,8 +358,8 @@ class _Walk:
         return False
 
     def _unshaped(self, node: fx.Node, at: torch.Tensor) -> torch.Tensor | None:
-        """Where the input of the reshape ``node`` lands when ``node`` lands at ``at`` (``None``
-        where ``at`` takes no view of the input's shape)."""
+        """Where the input of the regrouping view ``node`` lands when ``node`` lands at ``at``
+        (``None`` where ``at`` takes no view of the input's shape)."""
         src = node.args[0]
         val = src.meta.get("val") if isinstance(src, fx.Node) else None
         if not isinstance(val, torch.Tensor):
