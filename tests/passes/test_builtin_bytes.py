@@ -161,6 +161,9 @@ FUZZ += [(20261936, 144)]
 # a view of a value one call reads, the value taken whole by a later call: computed twice
 # (Note [A view of a value a later call takes whole]: 704 B over before)
 FUZZ += [(20261937, 65)]
+# a copy into an input of a scaled view of it that only regroups its elements, read in place
+# (Note [A write that reads its own memory elsewhere]; the first form copied it: 96 B over)
+FUZZ += [(20261943, 127)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)
