@@ -1898,8 +1898,14 @@ def overlapping_value_written_through_a_view(*_):
     return (ret_after_write(v4, t0),)
 
 
+def _written_input_and_a_vector():
+    """An input a call writes (its values then read apart from where they are written), and
+    the vector whose sum the call adds."""
+    return torch.randn(5, 3, 2, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+
+
 @program(
-    lambda: (torch.randn(5, 3, 2, dtype=torch.float64), torch.randn(4, dtype=torch.float64)),
+    _written_input_and_a_vector,
     "add_(b, a.sum()); v = b[1, :, 0]; v.add_(v[0] * 2): a row written from its own first "
     "element, after a call wrote the input",
     necessary_bytes=8,  # measured on this CPU: a.sum(), then v[0] * 2 in its buffer
@@ -1915,7 +1921,7 @@ def row_written_from_its_own_element(b, a):
 
 
 @program(
-    lambda: (torch.randn(5, 3, 2, dtype=torch.float64), torch.randn(4, dtype=torch.float64)),
+    _written_input_and_a_vector,
     "add_(b, a.sum()); b.copy_(b.flip(0) + 1): an input written from its own flip, after a "
     "call wrote it",
     necessary_bytes=8 + 240,  # a.sum() and the flip, as eager
@@ -1965,7 +1971,7 @@ def index_put_after_a_call(b, a, i, v):
 
 
 @program(
-    lambda: (torch.randn(5, 3, 2, dtype=torch.float64), torch.randn(4, dtype=torch.float64)),
+    _written_input_and_a_vector,
     "add_(b, a.sum()); b[1:3] = b[0:2].clone() + 1: rows written from the rows before them, "
     "after a call wrote the input",
     necessary_bytes=8 + 96,  # a.sum() and the clone, as eager

@@ -1,8 +1,9 @@
 """The walks over a graph that several steps of the re-inplace pass share, each written once:
 down a chain of views to its root (:func:`view_walk`, :func:`view_root`), up to every user
-through views (:func:`users_through_views`), and the ``copy_`` nodes, those that write a value
-back into a graph input apart (:func:`copy_calls`, :func:`input_copies`). Pure queries; nothing
-here rewrites the graph.
+through views (:func:`users_through_views`), the ``copy_`` nodes, those that write a value
+back into a graph input apart (:func:`copy_calls`, :func:`input_copies`), and what a node
+passes for the arguments its schema marks written (:func:`written_arguments`). Pure queries;
+nothing here rewrites the graph.
 Imports only ``alias`` (for ``VIEW_OPS``), so every step may import it.
 """
 
@@ -16,7 +17,14 @@ from torch import fx
 
 from .memory_ops import VIEW_OPS
 
-__all__ = ["copy_calls", "input_copies", "users_through_views", "view_root", "view_walk"]
+__all__ = [
+    "copy_calls",
+    "input_copies",
+    "users_through_views",
+    "view_root",
+    "view_walk",
+    "written_arguments",
+]
 
 _aten = torch.ops.aten
 
@@ -91,4 +99,22 @@ def input_copies(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
         dst = n.args[0]
         if isinstance(dst, fx.Node) and dst.op == "placeholder":
             out.setdefault(dst, []).append(n)
+    return out
+
+
+def written_arguments(node: fx.Node) -> list[Any]:
+    """What ``node`` passes for each argument its op's schema marks written (each element of
+    a written list), in schema order: none for a node that calls no ``OpOverload``, or one
+    whose schema writes nothing."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return []
+    schema, out = target._schema, []
+    if not schema.is_mutable:
+        return out
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        out.extend(value if isinstance(value, (list, tuple)) else (value,))
     return out

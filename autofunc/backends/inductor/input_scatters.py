@@ -16,7 +16,7 @@ from torch import fx
 from ...passes.copies import CopyKind, copy_tag, set_copy_tag
 from ...passes.emit import emit
 from ...passes.memory_ops import SCATTER_VIEWS
-from ...passes.walks import input_copies, users_through_views
+from ...passes.walks import input_copies, users_through_views, written_arguments
 from .copy_backs import in_memory_of, read_after, shares_memory_with_another
 from .repairs import INPLACEABLE
 from .input_buffers import (
@@ -176,17 +176,7 @@ def _reads_only(user: fx.Node, sources: set[fx.Node]) -> bool:
     schema = target._schema
     if any(r.alias_info is not None for r in schema.returns):
         return False
-    if not schema.is_mutable:
-        return True
-    given = [*zip(schema.arguments, user.args)]
-    given += [(a, user.kwargs[a.name]) for a in schema.arguments if a.name in user.kwargs]
-    for arg, value in given:
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        values = value if isinstance(value, (list, tuple)) else (value,)
-        if any(v in sources for v in values):
-            return False
-    return True
+    return not any(v in sources for v in written_arguments(user))
 
 
 def _scatter_into(value: object, view: fx.Node) -> bool:

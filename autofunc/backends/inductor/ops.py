@@ -3,14 +3,18 @@
 ``autofunc::written``. Defined here, with the Inductor knowledge, not by the emitter: under
 :data:`~autofunc.passes.policy.GENERIC` the pass emits ``aten.alias`` and declares nothing.
 Importing this module defines them (``repairs`` does, and every graph Inductor
-compiles with them has imported it).
+compiles with them has imported it). ``extern_kernel`` says which nodes Inductor calls as
+extern kernels of ops of their own, these among them.
 """
 
 from __future__ import annotations
 
+import operator
+from typing import Any
+
 import torch
 
-__all__ = ["FRESH_ALIAS", "WRITTEN"]
+__all__ = ["FRESH_ALIAS", "WRITTEN", "extern_kernel"]
 
 _aten = torch.ops.aten
 
@@ -64,3 +68,15 @@ _lib.define("written(Tensor(a!)[] xs, Tensor[] after) -> ()")
 for _key in ("CompositeExplicitAutograd", "Meta"):
     _lib.impl("written", lambda xs, after: None, _key)
 WRITTEN = torch.ops.autofunc.written.default
+
+
+def extern_kernel(node: Any) -> bool:
+    """Whether Inductor calls ``node`` as an extern kernel of an op of its own: a custom op, a
+    HOP, the ops above (neither ATen nor prims, nor ``getitem`` of such a call's tuple). It
+    computes what such a call takes into buffers of their own, where it lowers the call."""
+    target = node.target
+    return (
+        node.op == "call_function"
+        and target is not operator.getitem
+        and getattr(target, "namespace", None) not in ("aten", "prims")
+    )

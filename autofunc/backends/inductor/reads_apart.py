@@ -52,11 +52,11 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from ...passes.emit import emit, fake_values
 from ...passes.memory_ops import SCATTER_VIEWS, VIEW_OPS
-from ...passes.walks import copy_calls, view_root, view_walk
+from ...passes.walks import copy_calls, view_root, view_walk, written_arguments
 from ...regions import Region, overlaps, region_of, same_geometry
 from ...symbolic import known
 from .evaluation import lazy_under_inductor
-from .ops import DTYPE_VIEW, FRESH_ALIAS
+from .ops import DTYPE_VIEW, FRESH_ALIAS, extern_kernel
 from .repairs import INPLACEABLE
 
 __all__ = ["realize_reads_apart"]
@@ -114,7 +114,6 @@ _SHAPE_ONLY = frozenset(
         _aten.sym_storage_offset.default,
     }
 )
-_PIN = "autofunc.pin"  # (``emit.pin_layout``'s mark)
 
 
 def realize_reads_apart(ctx: Any) -> None:
@@ -123,6 +122,8 @@ def realize_reads_apart(ctx: Any) -> None:
     (Note [A write that reads its own memory elsewhere])."""
     graph = ctx.gm.graph
     written = _written_inputs(graph)
+    if not written:
+        return
     walk = _Walk(ctx, _extern_uses(graph))
     for copy in copy_calls(graph):
         dst, src = copy.args[0], copy.args[1]
@@ -133,7 +134,6 @@ def realize_reads_apart(ctx: Any) -> None:
             continue
         if not any(n < copy for n in written.get(place[0], ())):
             continue
-        walk.writer = copy
         for arg, reader in walk.reads_apart(src, place, copy):
             walk.realize(arg, reader)
 
@@ -143,44 +143,35 @@ def _written_inputs(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
     ``copy_`` aside: Inductor lowers that one itself)."""
     out: dict[fx.Node, list[fx.Node]] = {}
     for node in graph.nodes:
-        target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        if node.target is _aten.copy_.default:
             continue
-        if target is _aten.copy_.default or not target._schema.is_mutable:
-            continue
-        for arg, value in zip(target._schema.arguments, _bound(node, target)):
-            if arg.alias_info is None or not arg.alias_info.is_write:
-                continue
-            for v in value if isinstance(value, (list, tuple)) else (value,):
-                root = view_root(v, _ALIASES)
-                if isinstance(root, fx.Node) and root.op == "placeholder":
-                    out.setdefault(root, []).append(node)
+        for v in written_arguments(node):
+            root = view_root(v, _ALIASES)
+            if isinstance(root, fx.Node) and root.op == "placeholder":
+                out.setdefault(root, []).append(node)
     return out
 
 
 def _extern_uses(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
-    """The root of each tensor an extern kernel takes (an op neither ATen nor prims: a call,
-    a HOP, the pass's own ops) -> the first such kernel: Inductor computes it into a buffer of
-    its own there at the latest."""
+    """The root of each tensor an extern kernel (``ops.extern_kernel``) takes -> the first such
+    kernel: Inductor computes it into a buffer of its own there at the latest."""
     out: dict[fx.Node, fx.Node] = {}
     for node in graph.nodes:
-        target = node.target
-        if node.op != "call_function" or target is operator.getitem:
-            continue
-        if getattr(target, "namespace", None) in ("aten", "prims"):
-            continue
-        for a in node.all_input_nodes:
-            out.setdefault(view_root(a, _ALIASES), node)
+        if extern_kernel(node):
+            for a in node.all_input_nodes:
+                out.setdefault(view_root(a, _ALIASES), node)
     return out
 
 
-def _bound(node: fx.Node, target: Any) -> list[Any]:
-    """``node``'s argument for each of ``target``'s schema arguments (``None`` where absent)."""
-    args = list(node.args)
-    return [
-        args[i] if i < len(args) else node.kwargs.get(a.name)
-        for i, a in enumerate(target._schema.arguments)
-    ]
+def _run_view(target: Any, val: Any, args: Any, kwargs: Any) -> Any:
+    """``target`` (a view op) run on the fake value ``val`` with the other arguments
+    ``args``/``kwargs`` (nodes among them read as their fake values); ``None`` where the fake
+    value does not take it."""
+    try:
+        rest = fake_values((tuple(args), dict(kwargs)))
+        return target(val, *rest[0], **rest[1])
+    except Exception:  # noqa: BLE001 - a view the fake value does not take: unknown
+        return None
 
 
 def _same_storage(a: Any, b: Any) -> bool:
@@ -218,7 +209,7 @@ class _Walk:
     def __init__(self, ctx: Any, extern_uses: dict[fx.Node, fx.Node]) -> None:
         self.ctx = ctx
         self._extern_uses = extern_uses
-        self.writer: fx.Node | None = None  # the copy_ being walked
+        self.writer: fx.Node | None = None  # the copy_ ``reads_apart`` walks
         self._replayed: dict[fx.Node, tuple[fx.Node, Any] | None] = {}
         self._copies: dict[fx.Node, fx.Node] = {}
 
@@ -228,7 +219,9 @@ class _Walk:
         (``evaluation.lazy_under_inductor``), a value an extern kernel took before the copy
         (a buffer a call writes among them), but for a scatter Inductor re-inplaces into an
         input, whose kernel is the one writing the input."""
-        if node.op != "call_function" or node.meta.get(_PIN) or not lazy_under_inductor(node):
+        if node.op != "call_function" or node.meta.get("autofunc.pin"):
+            return True
+        if not lazy_under_inductor(node):
             return True
         root = view_root(node, _ALIASES)
         first = self._extern_uses.get(root)
@@ -250,7 +243,7 @@ class _Walk:
         if node.op == "placeholder":
             val = node.meta.get("val")
             return (node, val) if isinstance(val, torch.Tensor) else None
-        if node.op != "call_function" or node.meta.get(_PIN):
+        if node.op != "call_function" or node.meta.get("autofunc.pin"):
             return None
         if node.target not in _ALIASES and node.target not in _RESHAPES:
             return None
@@ -259,11 +252,7 @@ class _Walk:
         base = self.replay(node.args[0])
         if base is None:
             return None
-        try:
-            rest = fake_values((node.args[1:], dict(node.kwargs)))
-            val = node.target(base[1], *rest[0], **rest[1])
-        except Exception:  # noqa: BLE001 - a view the fake value does not take: unknown
-            return None
+        val = _run_view(node.target, base[1], node.args[1:], node.kwargs)
         if node.target in _RESHAPES and not _same_storage(val, base[1]):
             return None  # (a reshape that copies)
         return (base[0], val) if isinstance(val, (torch.Tensor, tuple, list)) else None
@@ -274,6 +263,7 @@ class _Walk:
         """The ``(argument, reader)`` pairs of ``value``'s computation, written at ``place``,
         that read the written memory of ``place``'s input apart from where they land."""
         x, _ = place
+        self.writer = writer
         changed: list[Region] = []
         apart: list[tuple[fx.Node, fx.Node]] = []
         todo, seen = [(value, place[1], writer)], set()
@@ -324,8 +314,8 @@ class _Walk:
                 base = node.args[0]
                 push(base, at, node)
                 apart.extend((a, node) for a in _tensor_args(node) if a is not base)
-            elif node.target in _REGROUPING and self._unshaped(node, at) is not None:
-                push(node.args[0], self._unshaped(node, at), node)
+            elif node.target in _REGROUPING and (inner := self._unshaped(node, at)) is not None:
+                push(node.args[0], inner, node)
             elif node.target is _aten.copy.default and _same_shape(val, at):
                 src = node.args[1]
                 if isinstance(src, fx.Node) and _same_shape(src.meta.get("val"), at):
@@ -347,12 +337,10 @@ class _Walk:
             return False
         for where in placed[root]:
             val: Any = where
-            try:
-                for v in reversed(chain):
-                    rest = fake_values((v.args[1:], dict(v.kwargs)))
-                    val = v.target(val, *rest[0], **rest[1])
-            except Exception:  # noqa: BLE001 - a view that does not replay there: not in place
-                continue
+            for v in reversed(chain):
+                val = _run_view(v.target, val, v.args[1:], v.kwargs)
+                if val is None:
+                    break
             if isinstance(val, torch.Tensor) and same_geometry(val, at):
                 return True
         return False
@@ -372,11 +360,7 @@ class _Walk:
 
     def _lands(self, scatter: fx.Node, at: torch.Tensor) -> torch.Tensor | None:
         """Where ``scatter``'s source lands when the scatter lands at ``at``."""
-        try:
-            rest = fake_values((scatter.args[2:], dict(scatter.kwargs)))
-            val = _SCATTERS[scatter.target](at, *rest[0], **rest[1])
-        except Exception:  # noqa: BLE001 - unknown: the source counts as read apart
-            return None
+        val = _run_view(_SCATTERS[scatter.target], at, scatter.args[2:], scatter.kwargs)
         return val if isinstance(val, torch.Tensor) else None
 
     def _reads(self, node: fx.Node, x: fx.Node, changed: list[Region]) -> bool:

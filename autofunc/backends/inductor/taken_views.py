@@ -23,7 +23,6 @@ the layout the graph records, which the later kernel gets either way.
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 from torch import fx
@@ -32,26 +31,15 @@ from ...passes.emit import emit, pin_layout
 from ...passes.memory_ops import SHIFTABLE_VIEWS
 from ...passes.walks import view_walk
 from .evaluation import lazy_under_inductor, pinnable_root
+from .ops import extern_kernel
 
 __all__ = ["views_of_values_taken_later"]
-
-_PIN = "autofunc.pin"  # (``emit.pin_layout``'s mark)
-
-
-def _extern(node: fx.Node) -> bool:
-    """Whether Inductor runs ``node`` as an extern kernel of a custom op or a HOP."""
-    target = node.target
-    return (
-        node.op == "call_function"
-        and target is not operator.getitem
-        and getattr(target, "namespace", None) not in ("aten", "prims")
-    )
 
 
 def views_of_values_taken_later(ctx: Any) -> None:
     """Note [A view of a value a later call takes whole]."""
     graph = ctx.gm.graph
-    externs = [n for n in graph.nodes if _extern(n)]
+    externs = [n for n in graph.nodes if extern_kernel(n)]
     whole: dict[fx.Node, fx.Node] = {}  # value -> the last extern kernel taking it itself
     for e in externs:
         for a in e.all_input_nodes:
@@ -77,7 +65,7 @@ def _pinnable(root: fx.Node) -> bool:
     """A value Inductor computes where it is first needed, which a pin lays out as recorded."""
     return (
         root.op == "call_function"
-        and not root.meta.get(_PIN)
+        and not root.meta.get("autofunc.pin")
         and lazy_under_inductor(root)
         and pinnable_root(root)
     )
