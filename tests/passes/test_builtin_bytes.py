@@ -164,6 +164,9 @@ FUZZ += [(20261937, 65)]
 # a copy into an input of a scaled view of it that only regroups its elements, read in place
 # (Note [A write that reads its own memory elsewhere]; the first form copied it: 96 B over)
 FUZZ += [(20261943, 127)]
+# an element written twice through reshapes of an input, the second read through other
+# reshapes of the first scatter: read in place (the first form copied it: 8 B over)
+FUZZ += [(20261945, 43)]
 
 
 @pytest.mark.parametrize("name", FOUND + CLONED)

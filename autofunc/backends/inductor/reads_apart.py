@@ -290,14 +290,15 @@ class _Walk:
                 continue
             val = node.meta.get("val")
             if node.target in _SCATTERS and _same_shape(val, at) and not self._realized(node):
-                # (what it changes is what its two inputs change where they land)
-                push(node.args[0], at, node)
+                # (what it changes is what its two inputs change where they land; the first
+                # input walked first, so that its place is known to views of it the source reads)
                 lands = self._lands(node, at)
                 if lands is None:
                     changed.append(here)
                     apart.append((node.args[1], node))
                 else:
                     push(node.args[1], lands, node)
+                push(node.args[0], at, node)
                 continue
             changed.append(here)
             if self._realized(node):
@@ -329,9 +330,9 @@ class _Walk:
     def _views_in_place(
         self, node: fx.Node, at: torch.Tensor, placed: dict[fx.Node, list[torch.Tensor]]
     ) -> bool:
-        """Whether ``node`` is a chain of views of a computed node that lands where the chain,
-        run on that node's place, lands: ``at``."""
-        chain = list(view_walk(node, _ALIASES))
+        """Whether ``node`` is a chain of views (reshapes that view among them) of a computed
+        node that lands where the chain, run on that node's place, lands: ``at``."""
+        chain = list(view_walk(node, _ALIASES | _RESHAPES))
         root = chain.pop()
         if not chain or root not in placed:
             return False
@@ -341,7 +342,7 @@ class _Walk:
                 val = _run_view(v.target, val, v.args[1:], v.kwargs)
                 if val is None:
                     break
-            if isinstance(val, torch.Tensor) and same_geometry(val, at):
+            if _same_storage(val, at) and same_geometry(val, at):
                 return True
         return False
 
